@@ -1,0 +1,188 @@
+"""The allocator contract: what the engine may ask of KV memory, in token slots.
+
+Why a Protocol and plain data here: the engine (sim/) must never know which allocator it drives,
+and allocators must never know about time, SimPy or pandas. Everything crosses this boundary as
+ints and NumPy arrays so that `grow` can be vectorised over all running sequences.
+
+Units: every quantity is in *token slots* (one token's K and V for every layer). Bytes are
+slots x bytes-per-token, which the caller knows; the allocator does not.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+
+class AllocatorConfigError(ValueError):
+    """A bad allocator argument: the message says what is wrong and what is allowed."""
+
+
+@dataclass(frozen=True, slots=True)
+class SeqSpec:
+    """What an allocator may know about a sequence when it is admitted.
+
+    `output_tokens` is the true length: only the accounting (`breakdown`) and the explicit
+    `oracle`/`pow2` reservation policies may read it. Seq ids are small non-negative ints that the
+    engine assigns densely, so allocators may index NumPy arrays by them.
+    """
+
+    seq_id: int
+    prompt_tokens: int
+    max_tokens: int
+    output_tokens: int
+    prefix_group: int = -1  # -1: no shared system prompt
+    prefix_tokens: int = 0  # length of the shared prefix inside the prompt
+    block_hashes: tuple[int, ...] = ()  # prefix-block ids (Mooncake style); equal id = identical KV
+    block_hash_tokens: int = 0  # tokens covered by one hash (e.g. 512 for Mooncake)
+
+    @property
+    def final_tokens(self) -> int:
+        """Length the sequence will reach: prompt + generated, capped by the client's limit."""
+        return self.prompt_tokens + min(self.output_tokens, self.max_tokens)
+
+
+# The taxonomy, in the order the parts are stacked in every figure.
+BREAKDOWN_PARTS: tuple[str, ...] = ("token_states", "reservation", "internal", "external", "duplicated", "free")
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryBreakdown:
+    """The vLLM paper's taxonomy of KV memory at one instant, in token slots.
+
+    The six parts sum to `capacity` exactly. `duplicated` slots are carved out of what would
+    otherwise be token states (a second copy is not a new token state). `cached` is an
+    informational sub-part of `free`: prefix-cache blocks kept for reuse but evictable on demand.
+    """
+
+    capacity: int
+    token_states: int
+    reservation: int
+    internal: int
+    external: int
+    duplicated: int
+    free: int
+    cached: int = 0
+
+    def __post_init__(self) -> None:
+        total = self.token_states + self.reservation + self.internal + self.external + self.duplicated + self.free
+        if total != self.capacity:
+            raise AssertionError(f"breakdown parts sum to {total}, capacity is {self.capacity}: {self}")
+        for f in fields(self):
+            if getattr(self, f.name) < 0:
+                raise AssertionError(f"breakdown part {f.name} is negative: {self}")
+
+    @property
+    def allocated(self) -> int:
+        """Slots not available to a new request: everything but `free`."""
+        return self.capacity - self.free
+
+    @property
+    def waste_pct(self) -> float:
+        """1 - token_states / allocated, in percent (0 when nothing is allocated)."""
+        return 0.0 if self.allocated == 0 else 100.0 * (1.0 - self.token_states / self.allocated)
+
+    def as_dict(self) -> dict[str, int]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+@dataclass(slots=True)
+class Layout:
+    """Physical placement of every live sequence at one instant, for gpu/ to replay.
+
+    kind == "contiguous": `offsets_tokens[i]` is where sequence i's slab starts in the linear
+    address space and `reserved_tokens[i]` its size. kind == "paged": `block_table[i, :n]` holds the
+    physical block ids of sequence i (padded with -1), `block_size` tokens per block.
+    """
+
+    kind: str
+    capacity_tokens: int
+    block_size: int
+    seq_ids: np.ndarray
+    lengths_tokens: np.ndarray
+    offsets_tokens: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    reserved_tokens: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    block_table: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), np.int32))
+
+    def to_npz(self, path: str) -> None:
+        np.savez_compressed(
+            path,
+            kind=np.array(self.kind),
+            capacity_tokens=np.array(self.capacity_tokens),
+            block_size=np.array(self.block_size),
+            seq_ids=self.seq_ids,
+            lengths_tokens=self.lengths_tokens,
+            offsets_tokens=self.offsets_tokens,
+            reserved_tokens=self.reserved_tokens,
+            block_table=self.block_table,
+        )
+
+    @classmethod
+    def from_npz(cls, path: str) -> Layout:
+        with np.load(path, allow_pickle=False) as z:
+            return cls(
+                kind=str(z["kind"]),
+                capacity_tokens=int(z["capacity_tokens"]),
+                block_size=int(z["block_size"]),
+                seq_ids=z["seq_ids"],
+                lengths_tokens=z["lengths_tokens"],
+                offsets_tokens=z["offsets_tokens"],
+                reserved_tokens=z["reserved_tokens"],
+                block_table=z["block_table"],
+            )
+
+
+@runtime_checkable
+class Allocator(Protocol):
+    """What the serving loop may ask of KV memory. See docs/allocators.md for the semantics."""
+
+    name: str
+    capacity_tokens: int
+
+    def demand_tokens(self, seq: SeqSpec) -> int:
+        """Slots this policy needs free, in one piece where the policy needs one, to admit `seq`."""
+        ...
+
+    def admit(self, seq: SeqSpec) -> bool:
+        """Reserve what the policy needs and hold the prompt's KV. On False nothing changed."""
+        ...
+
+    def grow(self, seq_ids: np.ndarray, num_tokens: int = 1) -> np.ndarray:
+        """Add `num_tokens` token states to each sequence; return the ids that could not grow.
+
+        Sequences that fail are left exactly as they were; the others have grown.
+        """
+        ...
+
+    def max_uniform_growth(self, seq_ids: np.ndarray, limit: int) -> int:
+        """Largest k <= limit such that grow(seq_ids, k) would succeed for every sequence now.
+
+        Lets the engine jump k decode iterations at once without touching each sequence.
+        """
+        ...
+
+    def release(self, seq_id: int) -> None:
+        """Free the sequence's slots (shared blocks only when their refcount drops to 0)."""
+        ...
+
+    def fork(self, parent_id: int, child: SeqSpec) -> bool:
+        """Start `child` as a copy of the parent's current state (copy-on-write where possible)."""
+        ...
+
+    def prefix_hit_tokens(self, seq_id: int) -> int:
+        """Prompt tokens whose KV was already present (shared/cached) when the sequence was admitted."""
+        ...
+
+    def breakdown(self, next_demand_tokens: int = 0) -> MemoryBreakdown:
+        """The taxonomy now; free slots that cannot serve `next_demand_tokens` count as external."""
+        ...
+
+    def layout(self) -> Layout:
+        """Physical placement of every live sequence (for gpu/ replay)."""
+        ...
+
+    def hole_stats(self) -> dict[str, float]:
+        """Free-space shape: count, total, mean, max hole (tokens). Paged: free blocks as holes."""
+        ...

@@ -1,0 +1,40 @@
+"""User-facing errors: one line, exit code 2, no traceback.
+
+Why one place: every package raises its own ValueError subclass (allocators, workloads, sim, gpu),
+and the CLI must map all of them the same way. Anything that is a `ValueError` raised for bad user
+input subclasses one of these; the CLI prints `error: <message>` and exits 2.
+"""
+
+from __future__ import annotations
+
+
+class KvsimError(ValueError):
+    """Base of errors caused by the user's input (config, file, flags). Message is one line."""
+
+
+class ScenarioError(KvsimError):
+    """An invalid or impossible scenario: names the field and the allowed range."""
+
+
+class ResultsError(KvsimError):
+    """A results folder that is missing files or comes from an older/partial run."""
+
+
+def user_error_types() -> tuple[type[BaseException], ...]:
+    """All exception types that mean 'bad input' across kvsim's packages."""
+    from allocators.base import AllocatorConfigError
+
+    types: list[type[BaseException]] = [KvsimError, AllocatorConfigError]
+    try:
+        from workloads.errors import WorkloadError
+
+        types.append(WorkloadError)
+    except ImportError:  # pragma: no cover - workloads not built yet
+        pass
+    try:
+        from gpu.errors import GpuError
+
+        types.append(GpuError)
+    except ImportError:  # pragma: no cover
+        pass
+    return tuple(types)
