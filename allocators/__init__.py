@@ -1,0 +1,33 @@
+"""KV-cache allocators behind one Protocol (allocators/base.py), made by name.
+
+Why a registry: the engine, the CLI and sweeps name allocators by string ("paged",
+"request_limit" with reservation="oracle", ...), so construction and argument checking live in one
+place and every bad argument raises `AllocatorConfigError` saying what is wrong and what is allowed.
+
+    from allocators import make_allocator
+    alloc = make_allocator("paged", capacity_tokens=100_000, block_size=16)
+"""
+
+from __future__ import annotations
+
+from allocators.base import (
+    BREAKDOWN_PARTS,
+    Allocator,
+    AllocatorConfigError,
+    Layout,
+    MemoryBreakdown,
+    SeqSpec,
+)
+from allocators.registry import accepted_params, available, make_allocator
+
+__all__ = [
+    "BREAKDOWN_PARTS",
+    "Allocator",
+    "AllocatorConfigError",
+    "Layout",
+    "MemoryBreakdown",
+    "SeqSpec",
+    "accepted_params",
+    "available",
+    "make_allocator",
+]

@@ -45,7 +45,14 @@ class SeqSpec:
 
 
 # The taxonomy, in the order the parts are stacked in every figure.
-BREAKDOWN_PARTS: tuple[str, ...] = ("token_states", "reservation", "internal", "external", "duplicated", "free")
+BREAKDOWN_PARTS: tuple[str, ...] = (
+    "token_states",
+    "reservation",
+    "internal",
+    "external",
+    "duplicated",
+    "free",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +74,9 @@ class MemoryBreakdown:
     cached: int = 0
 
     def __post_init__(self) -> None:
-        total = self.token_states + self.reservation + self.internal + self.external + self.duplicated + self.free
+        total = (
+            self.token_states + self.reservation + self.internal + self.external + self.duplicated + self.free
+        )
         if total != self.capacity:
             raise AssertionError(f"breakdown parts sum to {total}, capacity is {self.capacity}: {self}")
         for f in fields(self):

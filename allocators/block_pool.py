@@ -1,0 +1,170 @@
+"""The physical block pool of a paged KV cache: free queue (LRU), refcounts, prefix cache by key.
+
+Why this shape (after vLLM v1's core/block_pool.py): a block with refcount 0 is free, and sits in
+one FIFO free queue. With prefix caching on, a freed *full, named* block keeps its key and stays
+findable until it is popped from the head of the queue for reuse (that pop is the eviction), so the
+least recently freed cached block is evicted first. A cache hit on a free block takes it out of the
+middle of the queue.
+
+The queue is a NumPy ring buffer with lazy deletion (a per-block stamp marks the one valid entry),
+so pushing and popping many blocks is vectorised; removal from the middle is O(1).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+
+import numpy as np
+
+
+class FreeBlockQueue:
+    """FIFO of free block ids: pop from the head (least recently freed), push to the tail."""
+
+    def __init__(self, num_blocks: int) -> None:
+        size = 2 * num_blocks + 1
+        self._entries = np.zeros(size, dtype=np.int64)
+        self._entry_stamps = np.zeros(size, dtype=np.int64)
+        self._stamp = np.zeros(num_blocks, dtype=np.int64)  # stamp of each block's valid entry
+        self.in_queue = np.ones(num_blocks, dtype=bool)
+        self._entries[:num_blocks] = np.arange(num_blocks)
+        self._head = 0
+        self._tail = num_blocks
+        self.num_free = num_blocks
+
+    def _valid(self, start: int, stop: int) -> np.ndarray:
+        blocks = self._entries[start:stop]
+        return self.in_queue[blocks] & (self._entry_stamps[start:stop] == self._stamp[blocks])
+
+    def _compact(self) -> None:
+        valid = self._valid(self._head, self._tail)
+        kept = self._entries[self._head : self._tail][valid]
+        stamps = self._entry_stamps[self._head : self._tail][valid]
+        self._entries[: kept.size] = kept
+        self._entry_stamps[: kept.size] = stamps
+        self._head, self._tail = 0, kept.size
+
+    def push(self, blocks: np.ndarray) -> None:
+        """Append freed blocks at the tail, in the given order."""
+        count = blocks.size
+        if count == 0:
+            return
+        if self._tail + count > self._entries.size:
+            self._compact()
+        self._stamp[blocks] += 1
+        self._entries[self._tail : self._tail + count] = blocks
+        self._entry_stamps[self._tail : self._tail + count] = self._stamp[blocks]
+        self._tail += count
+        self.in_queue[blocks] = True
+        self.num_free += count
+
+    def remove(self, blocks: np.ndarray) -> None:
+        """Take free blocks out of the middle (cache hits); their stale entries are skipped later."""
+        self.in_queue[blocks] = False
+        self.num_free -= blocks.size
+
+    def pop(self, count: int) -> np.ndarray:
+        """The `count` blocks at the head. Caller checks `num_free >= count`."""
+        if count == 0:
+            return np.zeros(0, dtype=np.int64)
+        taken: list[np.ndarray] = []
+        still_needed = count
+        while still_needed:
+            stop = min(self._tail, self._head + max(still_needed, 8))
+            if stop <= self._head:
+                raise RuntimeError(f"free queue exhausted: {still_needed} more blocks wanted")
+            valid = self._valid(self._head, stop)
+            positions = np.flatnonzero(valid)
+            if positions.size > still_needed:
+                stop = self._head + int(positions[still_needed - 1]) + 1
+                positions = positions[:still_needed]
+            taken.append(self._entries[self._head + positions])
+            still_needed -= positions.size
+            self._head = stop
+        blocks = taken[0] if len(taken) == 1 else np.concatenate(taken)
+        self.in_queue[blocks] = False
+        self.num_free -= count
+        return blocks
+
+
+class BlockPool:
+    """Refcounted physical blocks with an optional prefix cache (key -> block)."""
+
+    def __init__(self, num_blocks: int, enable_caching: bool) -> None:
+        self.num_blocks = num_blocks
+        self.enable_caching = enable_caching
+        self.refcount = np.zeros(num_blocks, dtype=np.int32)
+        self.queue = FreeBlockQueue(num_blocks)
+        self.has_key = np.zeros(num_blocks, dtype=bool)
+        self._key_of_block: dict[int, Hashable] = {}
+        self._block_by_key: dict[Hashable, int] = {}
+        self.num_cached = 0  # free blocks still findable by key
+
+    @property
+    def num_free(self) -> int:
+        return self.queue.num_free
+
+    def lookup(self, key: Hashable) -> int | None:
+        """Block holding `key`'s content, live or cached; None when absent."""
+        return self._block_by_key.get(key)
+
+    def key_of(self, block: int) -> Hashable | None:
+        return self._key_of_block.get(block)
+
+    def touch(self, blocks: np.ndarray) -> np.ndarray:
+        """Add a reference to each block (prefix hits); return those revived from the free cache."""
+        revived = blocks[self.refcount[blocks] == 0]
+        if revived.size:
+            self.queue.remove(revived)
+            self.num_cached -= revived.size
+        self.refcount[blocks] += 1
+        return revived
+
+    def allocate(self, count: int) -> np.ndarray:
+        """Pop `count` blocks from the head of the free queue, evicting cached keys; refcount 1."""
+        blocks = self.queue.pop(count)
+        evicted = blocks[self.has_key[blocks]]
+        for block in evicted.tolist():
+            self._forget(block)
+        self.num_cached -= evicted.size
+        self.refcount[blocks] = 1
+        return blocks
+
+    def register(self, block: int, key: Hashable) -> bool:
+        """Make a live, full block findable by `key`; False if a live block already holds that key."""
+        holder = self._block_by_key.get(key)
+        if holder is not None:
+            if self.refcount[holder] > 0:
+                return False
+            self._forget(holder)  # a stale cached copy: now a plain free block; the new one takes the name
+            self.num_cached -= 1
+        self._block_by_key[key] = block
+        self._key_of_block[block] = key
+        self.has_key[block] = True
+        return True
+
+    def _forget(self, block: int) -> None:
+        key = self._key_of_block.pop(block)
+        del self._block_by_key[key]
+        self.has_key[block] = False
+
+    def release(self, blocks: np.ndarray) -> np.ndarray:
+        """Drop one reference from each (distinct) block; return the blocks that became free.
+
+        Freed blocks go to the queue tail in the given order (callers pass a sequence's blocks
+        last-first, so the tail of a prompt is evicted before its head, as in vLLM).
+        """
+        self.refcount[blocks] -= 1
+        freed = blocks[self.refcount[blocks] == 0]
+        if freed.size:
+            keyed = freed[self.has_key[freed]]
+            if self.enable_caching:
+                self.num_cached += keyed.size
+            else:
+                for block in keyed.tolist():
+                    self._forget(block)
+            self.queue.push(freed)
+        return freed
+
+    def cached_blocks(self) -> np.ndarray:
+        """Free blocks still findable by key."""
+        return np.flatnonzero(self.has_key & (self.refcount == 0))

@@ -1,0 +1,416 @@
+"""PagedAttention's allocator: fixed-size blocks, one block table per sequence, refcounted sharing.
+
+Why blocks: a sequence takes one block at a time as it grows, so internal waste is under one block
+per sequence and there is no external fragmentation except the `capacity % block_size` remainder
+that cannot form a block. Block tables let sequences share physical blocks:
+- prefix sharing: full prompt blocks with the same name (prefix group or hash chain, see
+  prefix_keys.py) are stored once, with a refcount;
+- fork (parallel sampling, beams): the child shares all the parent's blocks; the partially filled
+  last block is copied on the first write to it while shared (copy-on-write). The copied tokens
+  count as `duplicated` while both copies exist;
+- prefix caching (`enable_prefix_caching`): see block_pool.py.
+
+Performance: per-sequence state is NumPy arrays indexed by seq id and `grow` is vectorised: only
+sequences that cross a block boundary (or write into a shared block) get blocks, and those are
+assigned with array arithmetic, never a Python loop over the batch.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Hashable
+
+import numpy as np
+
+from allocators.base import Layout, MemoryBreakdown, SeqSpec
+from allocators.block_pool import BlockPool
+from allocators.holes import uniform_hole_stats
+from allocators.ledger import DuplicateLedger
+from allocators.prefix_keys import block_pieces, full_block_keys
+from allocators.seq_arrays import ceil_div, grown
+
+_EMPTY_IDS = np.zeros(0, dtype=np.int64)
+
+
+@functools.lru_cache(maxsize=4096)
+def _cached_block_keys(seq: SeqSpec, block_size: int) -> tuple[Hashable, ...]:
+    """Prompt block names; cached because the engine asks demand_tokens then admit for one seq."""
+    return tuple(full_block_keys(seq, block_size))
+
+
+@functools.lru_cache(maxsize=1024)
+def _cached_block_pieces(seq: SeqSpec, block_size: int) -> tuple[tuple[tuple[Hashable, int], ...], ...]:
+    """Named pieces per prompt block (see prefix_keys.block_pieces), for the duplicate ledger."""
+    return tuple(tuple(pieces) for pieces in block_pieces(seq, block_size))
+
+
+class PagedAllocator:
+    """Block pool + block tables + refcounts + prefix sharing/caching."""
+
+    def __init__(
+        self,
+        name: str,
+        capacity_tokens: int,
+        block_size: int,
+        enable_prefix_caching: bool = False,
+        share_prefixes: bool = True,
+        fork_copies: bool = False,
+        max_model_len: int | None = None,
+    ) -> None:
+        self.name = name
+        self.capacity_tokens = capacity_tokens
+        self.block_size = block_size
+        self.num_blocks = capacity_tokens // block_size
+        self.enable_prefix_caching = enable_prefix_caching
+        self.share_prefixes = share_prefixes
+        self.fork_copies = fork_copies
+        self.max_model_len = max_model_len
+        self.pool = BlockPool(self.num_blocks, enable_caching=enable_prefix_caching)
+        self._ledger = DuplicateLedger()
+        self._block_content: dict[int, list[Hashable]] = {}  # block -> ledger keys it holds
+        self._has_content = np.zeros(self.num_blocks, dtype=bool)
+        self.live = np.zeros(0, dtype=bool)
+        self.lengths_tokens = np.zeros(0, dtype=np.int64)
+        self.num_seq_blocks = np.zeros(0, dtype=np.int64)
+        self.final_tokens = np.zeros(0, dtype=np.int64)
+        self.prefix_hit = np.zeros(0, dtype=np.int64)
+        self.block_table = np.full((0, 8), -1, dtype=np.int64)
+
+    # ---- per-sequence arrays -------------------------------------------------------------
+    def _ensure_rows(self, seq_id: int) -> None:
+        rows = seq_id + 1
+        if rows <= self.live.shape[0]:
+            return
+        self.live = grown(self.live, rows, False)
+        self.lengths_tokens = grown(self.lengths_tokens, rows, 0)
+        self.num_seq_blocks = grown(self.num_seq_blocks, rows, 0)
+        self.final_tokens = grown(self.final_tokens, rows, 0)
+        self.prefix_hit = grown(self.prefix_hit, rows, 0)
+        self.block_table = grown(self.block_table, rows, -1)
+
+    def _ensure_columns(self, num_blocks: int) -> None:
+        cols = self.block_table.shape[1]
+        if num_blocks <= cols:
+            return
+        new_cols = max(num_blocks, 2 * cols)
+        table = np.full((self.block_table.shape[0], new_cols), -1, dtype=np.int64)
+        table[:, :cols] = self.block_table
+        self.block_table = table
+
+    def _check_new(self, seq_id: int) -> None:
+        if seq_id < 0:
+            raise RuntimeError(f"seq id must be >= 0, got {seq_id}")
+        if seq_id < self.live.shape[0] and self.live[seq_id]:
+            raise RuntimeError(f"seq id {seq_id} is already live in {self.name}")
+
+    def _check_live(self, seq_id: int) -> None:
+        if not (0 <= seq_id < self.live.shape[0] and self.live[seq_id]):
+            raise RuntimeError(f"seq id {seq_id} is not live in {self.name}")
+
+    # ---- content ledger (duplicates) -------------------------------------------------------
+    def _hold_pieces(self, block: int, pieces: tuple[tuple[Hashable, int], ...]) -> None:
+        """`block` (live) now holds these named pieces of a prompt: one more copy of each."""
+        if not pieces:
+            return
+        for key, tokens in pieces:
+            self._ledger.add(key, tokens)
+        self._block_content[block] = [key for key, _ in pieces]
+        self._has_content[block] = True
+
+    def _drop_content(self, blocks: np.ndarray) -> None:
+        for block in blocks[self._has_content[blocks]].tolist():
+            for key in self._block_content.pop(block):
+                self._ledger.remove(key)
+            self._has_content[block] = False
+
+    def _copy_content(self, source: int, copy: int, copied_tokens: int) -> None:
+        """`copy` now holds the first `copied_tokens` tokens of `source`: name them, hold them twice."""
+        keys = self._block_content.get(source, [])
+        covered = sum(self._ledger.tokens_of(key) for key in keys)
+        if copied_tokens > covered:
+            new_key = self._ledger.new_key("copy")
+            self._ledger.add(new_key, copied_tokens - covered)
+            keys = [*keys, new_key]
+            self._block_content[source] = keys
+            self._has_content[source] = True
+        for key in keys:
+            self._ledger.add(key, self._ledger.tokens_of(key))
+        self._block_content[copy] = list(keys)
+        self._has_content[copy] = bool(keys)
+
+    # ---- admission ---------------------------------------------------------------------------
+    def _prefix_hits(self, seq: SeqSpec) -> tuple[tuple[Hashable, ...], list[int]]:
+        """The prompt's block names and the blocks already holding its leading named blocks."""
+        keys = _cached_block_keys(seq, self.block_size)
+        hits: list[int] = []
+        if self.share_prefixes:
+            for key in keys:
+                block = self.pool.lookup(key)
+                if block is None:
+                    break
+                hits.append(block)
+        return keys, hits
+
+    def _blocks_from_free(self, seq: SeqSpec) -> int:
+        _, hits = self._prefix_hits(seq)
+        live_hits = int((self.pool.refcount[np.asarray(hits, dtype=np.int64)] > 0).sum()) if hits else 0
+        return int(ceil_div(seq.prompt_tokens, self.block_size)) - live_hits
+
+    def demand_tokens(self, seq: SeqSpec) -> int:
+        """Blocks the prompt needs from the free pool (not already live-shared) x block_size."""
+        return self._blocks_from_free(seq) * self.block_size
+
+    def rejection_reason(self, seq: SeqSpec) -> str:
+        """Why `seq` could never be admitted, even into an empty cache ("" when it could)."""
+        if self.max_model_len is not None and seq.prompt_tokens > self.max_model_len:
+            return "prompt_exceeds_max_model_len"
+        if int(ceil_div(seq.prompt_tokens, self.block_size)) > self.num_blocks:
+            return "demand_exceeds_capacity"
+        return ""
+
+    def admit(self, seq: SeqSpec) -> bool:
+        self._check_new(seq.seq_id)
+        if self.max_model_len is not None and seq.prompt_tokens > self.max_model_len:
+            return False
+        keys, hits = self._prefix_hits(seq)
+        prompt_blocks = int(ceil_div(seq.prompt_tokens, self.block_size))
+        hit_blocks = np.asarray(hits, dtype=np.int64)
+        live_hits = int((self.pool.refcount[hit_blocks] > 0).sum())
+        if prompt_blocks - live_hits > self.pool.num_free:
+            return False
+        pieces = _cached_block_pieces(seq, self.block_size)
+        revived = set(self.pool.touch(hit_blocks).tolist())
+        for index, block in enumerate(hits):  # a cached block is live content again
+            if block in revived:
+                self._hold_pieces(block, pieces[index])
+        new_blocks = self.pool.allocate(prompt_blocks - hit_blocks.size)
+        if self.share_prefixes:
+            for offset, key in enumerate(keys[hit_blocks.size :]):
+                self.pool.register(int(new_blocks[offset]), key)
+        for index in range(hit_blocks.size, min(len(pieces), prompt_blocks)):
+            self._hold_pieces(int(new_blocks[index - hit_blocks.size]), pieces[index])
+        sid = seq.seq_id
+        self._ensure_rows(sid)
+        self._ensure_columns(prompt_blocks)
+        row = self.block_table[sid]
+        row[: hit_blocks.size] = hit_blocks
+        row[hit_blocks.size : prompt_blocks] = new_blocks
+        self.live[sid] = True
+        self.lengths_tokens[sid] = seq.prompt_tokens
+        self.num_seq_blocks[sid] = prompt_blocks
+        self.final_tokens[sid] = seq.final_tokens
+        self.prefix_hit[sid] = hit_blocks.size * self.block_size
+        return True
+
+    # ---- growth ------------------------------------------------------------------------------
+    def _growth_needs(
+        self, seq_ids: np.ndarray, num_tokens: int
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(new blocks per sequence, copy-on-write flag, over max_model_len flag) for `num_tokens` more."""
+        lengths = self.lengths_tokens[seq_ids]
+        have = self.num_seq_blocks[seq_ids]
+        extra = ceil_div(lengths + num_tokens, self.block_size) - have
+        partial = (lengths % self.block_size != 0) & (have > 0)
+        cow = np.zeros(seq_ids.size, dtype=bool)
+        if partial.any():
+            rows = seq_ids[partial]
+            last_blocks = self.block_table[rows, have[partial] - 1]
+            cow[partial] = self.pool.refcount[last_blocks] > 1
+        if self.max_model_len is None:
+            over = np.zeros(seq_ids.size, dtype=bool)
+        else:
+            over = lengths + num_tokens > self.max_model_len
+        return extra, cow, over
+
+    def grow(self, seq_ids: np.ndarray, num_tokens: int = 1) -> np.ndarray:
+        """Grow each sequence by `num_tokens`; blocks go to sequences in the order given.
+
+        Sequences needing no new block always grow; the others are served first-come until the
+        free pool runs out, and the rest fail unchanged (seq ids must be distinct).
+        """
+        seq_ids = np.asarray(seq_ids, dtype=np.int64)
+        if num_tokens <= 0 or seq_ids.size == 0:
+            return _EMPTY_IDS
+        extra, cow, over = self._growth_needs(seq_ids, num_tokens)
+        need = np.where(over, 0, extra + cow)
+        ok = ~over & ((need == 0) | (np.cumsum(need) <= self.pool.num_free))
+        if cow.any():
+            self._copy_on_write(seq_ids[ok & cow])
+        append = ok & (extra > 0)
+        if append.any():
+            self._append_blocks(seq_ids[append], extra[append])
+        grown_ids = seq_ids[ok]
+        self.lengths_tokens[grown_ids] += num_tokens
+        return seq_ids[~ok]
+
+    def _copy_on_write(self, writers: np.ndarray) -> None:
+        """Each writer whose partial last block is still shared gets a private copy (rare: forks)."""
+        for sid in writers.tolist():
+            last_col = int(self.num_seq_blocks[sid]) - 1
+            shared_block = int(self.block_table[sid, last_col])
+            if self.pool.refcount[shared_block] <= 1:  # earlier writers already left it
+                continue
+            copy = int(self.pool.allocate(1)[0])
+            self.pool.refcount[shared_block] -= 1
+            self._copy_content(shared_block, copy, int(self.lengths_tokens[sid]) % self.block_size)
+            self.block_table[sid, last_col] = copy
+
+    def _append_blocks(self, seq_ids: np.ndarray, counts: np.ndarray) -> None:
+        """Give seq_ids[i] counts[i] fresh blocks at the end of its table, all in one scatter."""
+        total = int(counts.sum())
+        have = self.num_seq_blocks[seq_ids]
+        self._ensure_columns(int((have + counts).max()))
+        new_blocks = self.pool.allocate(total)
+        rows = np.repeat(seq_ids, counts)
+        first_new = np.cumsum(counts) - counts
+        cols = np.repeat(have, counts) + (np.arange(total) - np.repeat(first_new, counts))
+        self.block_table[rows, cols] = new_blocks
+        self.num_seq_blocks[seq_ids] = have + counts
+
+    def max_uniform_growth(self, seq_ids: np.ndarray, limit: int) -> int:
+        """Exact largest k <= limit with grow(seq_ids, k) succeeding for all: binary search on k."""
+        seq_ids = np.asarray(seq_ids, dtype=np.int64)
+        if limit <= 0:
+            return 0
+        if seq_ids.size == 0:
+            return int(limit)
+        lengths = self.lengths_tokens[seq_ids]
+        have = self.num_seq_blocks[seq_ids]
+        if self.max_model_len is not None:
+            limit = min(int(limit), int((self.max_model_len - lengths).min()))
+            if limit <= 0:
+                return 0
+        _, cow, _ = self._growth_needs(seq_ids, 1)
+        free = self.pool.num_free - int(cow.sum())
+
+        def blocks_needed(k: int) -> int:
+            return int((ceil_div(lengths + k, self.block_size) - have).sum())
+
+        if blocks_needed(limit) <= free:
+            return int(limit)
+        low, high = 0, int(limit)  # blocks_needed(low) <= free < blocks_needed(high)
+        if free < 0 or blocks_needed(1) > free:
+            return 0
+        low = 1
+        while high - low > 1:
+            mid = (low + high) // 2
+            if blocks_needed(mid) <= free:
+                low = mid
+            else:
+                high = mid
+        return low
+
+    # ---- release and fork -------------------------------------------------------------------
+    def release(self, seq_id: int) -> None:
+        self._check_live(seq_id)
+        count = int(self.num_seq_blocks[seq_id])
+        blocks = self.block_table[seq_id, :count][::-1].copy()  # tail first: evicted first
+        freed = self.pool.release(blocks)
+        self._drop_content(freed)
+        self.block_table[seq_id, :count] = -1
+        self.live[seq_id] = False
+        self.lengths_tokens[seq_id] = 0
+        self.num_seq_blocks[seq_id] = 0
+
+    def fork(self, parent_id: int, child: SeqSpec) -> bool:
+        """Child shares every parent block (refcount+1); copy-on-write happens at the first write."""
+        self._check_live(parent_id)
+        self._check_new(child.seq_id)
+        count = int(self.num_seq_blocks[parent_id])
+        length = int(self.lengths_tokens[parent_id])
+        parent_blocks = self.block_table[parent_id, :count].copy()
+        if self.fork_copies:
+            if count > self.pool.num_free:
+                return False
+            child_blocks = self.pool.allocate(count)
+            for index in range(count):
+                filled = min(self.block_size, length - index * self.block_size)
+                self._copy_content(int(parent_blocks[index]), int(child_blocks[index]), filled)
+        else:
+            child_blocks = parent_blocks
+            self.pool.refcount[parent_blocks] += 1
+        sid = child.seq_id
+        self._ensure_rows(sid)
+        self._ensure_columns(count)
+        self.block_table[sid, :count] = child_blocks
+        self.live[sid] = True
+        self.lengths_tokens[sid] = length
+        self.num_seq_blocks[sid] = count
+        self.final_tokens[sid] = child.final_tokens
+        self.prefix_hit[sid] = min(length, child.prompt_tokens)
+        return True
+
+    def prefix_hit_tokens(self, seq_id: int) -> int:
+        return int(self.prefix_hit[seq_id])
+
+    # ---- accounting ---------------------------------------------------------------------------
+    def live_seq_ids(self) -> np.ndarray:
+        return np.flatnonzero(self.live)
+
+    def breakdown(self, next_demand_tokens: int = 0) -> MemoryBreakdown:
+        """Taxonomy; `next_demand_tokens` does not matter: any free block serves any demand."""
+        bs = self.block_size
+        ids = self.live_seq_ids()
+        lengths = self.lengths_tokens[ids]
+        have = self.num_seq_blocks[ids]
+        reserved = have * bs
+        will_fill = np.minimum(reserved, np.maximum(self.final_tokens[ids], lengths))
+        will = will_fill - lengths
+        never = reserved - will_fill
+        # a partial last block shared by forks is one physical block: count its empty slots once
+        partial = (lengths % bs != 0) & (have > 0)
+        if partial.any():
+            last_blocks = self.block_table[ids[partial], have[partial] - 1]
+            shared = self.pool.refcount[last_blocks] > 1
+            if shared.any():
+                positions = np.flatnonzero(partial)[shared]
+                _, first = np.unique(last_blocks[shared], return_index=True)
+                repeat = np.ones(positions.size, dtype=bool)
+                repeat[first] = False
+                will[positions[repeat]] = 0
+                never[positions[repeat]] = 0
+        used_blocks = self.num_blocks - self.pool.num_free
+        reservation, internal = int(will.sum()), int(never.sum())
+        stored = used_blocks * bs - reservation - internal
+        duplicated = self._ledger.duplicated_tokens
+        return MemoryBreakdown(
+            capacity=self.capacity_tokens,
+            token_states=stored - duplicated,
+            reservation=reservation,
+            internal=internal,
+            external=self.capacity_tokens - self.num_blocks * bs,
+            duplicated=duplicated,
+            free=self.pool.num_free * bs,
+            cached=self.pool.num_cached * bs,
+        )
+
+    def layout(self) -> Layout:
+        ids = self.live_seq_ids()
+        width = int(self.num_seq_blocks[ids].max()) if ids.size else 0
+        return Layout(
+            kind="paged",
+            capacity_tokens=self.capacity_tokens,
+            block_size=self.block_size,
+            seq_ids=ids.copy(),
+            lengths_tokens=self.lengths_tokens[ids].copy(),
+            block_table=self.block_table[ids, :width].astype(np.int32),
+        )
+
+    def hole_stats(self) -> dict[str, float]:
+        """Free blocks as holes of block_size tokens each (they need not be adjacent to be usable)."""
+        return uniform_hole_stats(self.pool.num_free, self.block_size)
+
+    def state_snapshot(self) -> tuple:
+        """Everything observable, for tests that check a refused operation changed nothing."""
+        ids = self.live_seq_ids()
+        return (
+            tuple(ids.tolist()),
+            tuple(self.lengths_tokens[ids].tolist()),
+            tuple(self.num_seq_blocks[ids].tolist()),
+            self.block_table[ids].tobytes(),
+            self.pool.refcount.tobytes(),
+            self.pool.num_free,
+            self.pool.num_cached,
+            tuple(self.pool.cached_blocks().tolist()),
+            self._ledger.duplicated_tokens,
+        )

@@ -1,0 +1,110 @@
+"""Names for identical KV content: shared system prompts and prefix-block hash chains.
+
+Why here: the contiguous family (which stores a copy per sequence, so it *duplicates*) and the paged
+family (which shares physical blocks) must agree on what counts as identical content; both derive
+their keys from a `SeqSpec` through these two functions.
+
+Identity rules (documented in docs/allocators.md):
+- `block_hashes` win over `prefix_group` when a sequence has both.
+- A hash chain node j (tokens [j*H, min((j+1)*H, prompt))) is named by the hash of the chain of ids
+  0..j, as vLLM names its blocks, so equal ids at different positions or after different prefixes
+  are different content.
+- A prefix group g with prefix_tokens p names the first p prompt tokens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+
+from allocators.base import SeqSpec
+
+
+def hash_chain(block_hashes: tuple[int, ...]) -> list[int]:
+    """chain[j] = hash of (chain[j-1], block_hashes[j]): identity of the whole prefix up to block j."""
+    chain: list[int] = []
+    previous = 0
+    for block_id in block_hashes:
+        previous = hash((previous, block_id))
+        chain.append(previous)
+    return chain
+
+
+def prompt_segments(seq: SeqSpec) -> list[tuple[Hashable, int]]:
+    """Consecutive (key, tokens) segments naming a prefix of the prompt (for per-sequence copies)."""
+    prompt = seq.prompt_tokens
+    if seq.block_hashes and seq.block_hash_tokens > 0:
+        size = seq.block_hash_tokens
+        segments: list[tuple[Hashable, int]] = []
+        for index, chain_id in enumerate(hash_chain(seq.block_hashes)):
+            start = index * size
+            if start >= prompt:
+                break
+            covered = min(size, prompt - start)
+            segments.append((("h", chain_id, covered), covered))
+        return segments
+    if seq.prefix_group >= 0 and seq.prefix_tokens > 0:
+        shared = min(seq.prefix_tokens, prompt)
+        return [(("g", seq.prefix_group, shared), shared)]
+    return []
+
+
+def full_block_keys(seq: SeqSpec, block_size: int) -> list[Hashable]:
+    """Keys of the prompt's leading full, named blocks of `block_size` tokens (stops at the first unnamed).
+
+    Block i (tokens [i*B, (i+1)*B)) is named when all its tokens lie in named content: inside the
+    shared prefix for a prefix group, or inside hash blocks 0..J-1 (J = ceil((i+1)*B / H)) for hashes.
+    """
+    prompt = seq.prompt_tokens
+    full_blocks = prompt // block_size
+    if seq.block_hashes and seq.block_hash_tokens > 0:
+        size = seq.block_hash_tokens
+        chain = hash_chain(seq.block_hashes)
+        keys: list[Hashable] = []
+        for index in range(full_blocks):
+            hash_blocks_needed = -(-((index + 1) * block_size) // size)
+            if hash_blocks_needed > len(chain):
+                break
+            keys.append(("h", chain[hash_blocks_needed - 1], index))
+        return keys
+    if seq.prefix_group >= 0 and seq.prefix_tokens > 0:
+        shared_blocks = min(seq.prefix_tokens, prompt) // block_size
+        return [("g", seq.prefix_group, index) for index in range(shared_blocks)]
+    return []
+
+
+def named_segments(seq: SeqSpec) -> list[tuple[int, int, tuple[Hashable, ...]]]:
+    """(start, end, identity) of each named stretch of the prompt, in order."""
+    prompt = seq.prompt_tokens
+    if seq.block_hashes and seq.block_hash_tokens > 0:
+        size = seq.block_hash_tokens
+        stretches: list[tuple[int, int, tuple[Hashable, ...]]] = []
+        for index, chain_id in enumerate(hash_chain(seq.block_hashes)):
+            start = index * size
+            if start >= prompt:
+                break
+            stretches.append((start, min(start + size, prompt), ("h", chain_id)))
+        return stretches
+    if seq.prefix_group >= 0 and seq.prefix_tokens > 0:
+        return [(0, min(seq.prefix_tokens, prompt), ("g", seq.prefix_group))]
+    return []
+
+
+def block_pieces(seq: SeqSpec, block_size: int) -> list[list[tuple[Hashable, int]]]:
+    """For each leading prompt block holding named tokens: (key, tokens) of the named pieces in it.
+
+    A piece is the part of one named stretch that falls in one block; for a given block size it
+    is the same for every sequence with that stretch, so two blocks holding the same piece hold
+    identical KV (a shared block holds it once; two private blocks hold it twice: duplicated).
+    Pieces cover a prefix of each block's tokens.
+    """
+    stretches = named_segments(seq)
+    if not stretches:
+        return []
+    num_blocks = -(-stretches[-1][1] // block_size)
+    pieces: list[list[tuple[Hashable, int]]] = [[] for _ in range(num_blocks)]
+    for start, end, identity in stretches:
+        for index in range(start // block_size, -(-end // block_size)):
+            low = max(start, index * block_size)
+            high = min(end, (index + 1) * block_size)
+            pieces[index].append(((*identity, index, high - low), high - low))
+    return pieces

@@ -1,0 +1,25 @@
+"""Per-sequence state in NumPy arrays indexed by seq id, grown geometrically.
+
+Why arrays: the engine assigns dense small seq ids, so `lengths[seq_ids] += k` is one vectorised
+operation for the whole batch; a dict of per-sequence objects would force a Python loop per token.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def grown(array: np.ndarray, min_rows: int, fill: int | bool) -> np.ndarray:
+    """`array` with at least `min_rows` rows (doubling), new rows set to `fill`; same array if big enough."""
+    rows = array.shape[0]
+    if rows >= min_rows:
+        return array
+    new_rows = max(min_rows, 2 * rows, 16)
+    out = np.full((new_rows, *array.shape[1:]), fill, dtype=array.dtype)
+    out[:rows] = array
+    return out
+
+
+def ceil_div(numer: np.ndarray | int, denom: int) -> np.ndarray | int:
+    """Ceiling division for non-negative ints (arrays or scalars)."""
+    return -(-numer // denom)

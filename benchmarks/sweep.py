@@ -1,0 +1,75 @@
+"""Benchmark: one 16-cell sweep with 1 local job, 2 local jobs and a 2-worker Dask LocalCluster.
+
+Why these three: cells are independent, so on a 2-core machine 2 jobs should approach 2x; the gap
+is what process start-up, pickling and result gathering cost. Cells are made heavy (thousands of
+requests each, a few seconds) so that start-up does not dominate. Each run starts from an empty sweep
+folder; the three sweep tables must agree on every metric but wall time.
+
+    .venv/bin/python benchmarks/sweep.py [--num-prompts N] [--skip-dask]
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from pathlib import Path
+
+import pandas as pd
+
+from sim.sweep import sweep
+
+ALLOCATORS = ["paged", "contiguous", "request_limit", "virtual"]
+RATES_REQ_S = [2.0, 4.0, 8.0, 16.0]
+WALL_COLUMNS = ("cell_wall_s", "wall_s", "metrics.wall_s")
+
+
+def spec(num_prompts: int) -> dict:
+    return {
+        "name": "bench",
+        "base": {
+            "model": "OPT-13B",
+            "gpu": "A100-40GB",
+            "kv_cache_memory": "12GiB",
+            "max_model_len": 2048,
+            "num_prompts": num_prompts,
+            "workload": {"source": "sharegpt"},
+        },
+        "grid": {"allocator": ALLOCATORS, "workload.request_rate": RATES_REQ_S},
+    }
+
+
+def timed(label: str, root: Path, num_prompts: int, **kwargs: object) -> tuple[float, pd.DataFrame]:
+    """Run the sweep from an empty folder and print its wall time."""
+    started = time.perf_counter()
+    table = sweep(spec(num_prompts), output_dir=root / label.replace(" ", ""), progress=False, **kwargs)
+    wall_s = time.perf_counter() - started
+    failed = int((table["status"] != "ok").sum())
+    print(f"{label:<14} {wall_s:8.2f} s  ({len(table)} cells, {failed} failed)", flush=True)
+    return wall_s, table
+
+
+def metric_frame(table: pd.DataFrame) -> pd.DataFrame:
+    return table.drop(columns=[c for c in WALL_COLUMNS if c in table.columns]).reset_index(drop=True)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--num-prompts", type=int, default=3000, help="requests per cell")
+    parser.add_argument("--skip-dask", action="store_true")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="kvsim-bench-sweep-") as tmp:
+        root = Path(tmp)
+        print(
+            f"16 cells ({len(ALLOCATORS)} allocators x {len(RATES_REQ_S)} rates), "
+            f"{args.num_prompts} requests each"
+        )
+        one_s, one_table = timed("--jobs 1", root, args.num_prompts, jobs=1)
+        two_s, two_table = timed("--jobs 2", root, args.num_prompts, jobs=2)
+        print(f"speed-up with 2 jobs: {one_s / two_s:.2f}x (target >= 1.6x)")
+        pd.testing.assert_frame_equal(metric_frame(one_table), metric_frame(two_table))
+        if not args.skip_dask:
+            dask_s, dask_table = timed("--dask-local 2", root, args.num_prompts, dask_local=2)
+            print(f"speed-up with --dask-local 2: {one_s / dask_s:.2f}x")
+            pd.testing.assert_frame_equal(metric_frame(one_table), metric_frame(dask_table))
+        print("tables agree on every metric column")

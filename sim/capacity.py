@@ -1,0 +1,617 @@
+"""`sim.capacity`: the planner's four answers per allocator, each from real simulations.
+
+Why simulations and not formulas: whether a rate is sustainable depends on batching, preemption,
+fragmentation and the cost model together. So every figure here is measured, and lists the runs
+(rate, seed, prompts) it came from. The answers, per allocator:
+
+1. max sustainable request rate: the highest rate whose run meets the SLO with a stable backlog,
+   found by geometric bisection (see `find_max_rate` and `judge_run`; docs/capacity.md);
+2. max concurrency: the peak number of sequences running at once when every request arrives at
+   t = 0 and `max_num_seqs` is lifted, i.e. what the KV memory admits at the workload's real
+   lengths; beside it vLLM's own "Maximum concurrency for N tokens per request: X x"
+   (= KV capacity tokens / max_model_len, no simulation);
+3. GPUs needed for a target rate: replicas = ceil(target / max rate of one replica) for each tensor
+   parallel size asked for; GPUs = replicas x TP, the smallest wins;
+4. the max_model_len trade-off: 1 and 2 again for each max_model_len asked for.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import os
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from sim.errors import KvsimError
+
+DEFAULT_MAX_MODEL_LENS: tuple[int, ...] = (2048, 4096, 8192, 16384, 32768)
+DEFAULT_REL_TOL = 0.05  # bisection stops when hi/lo - 1 <= this
+DEFAULT_BACKLOG_TOLERANCE = 0.05  # stable iff backlog growth <= this fraction of the arrival rate
+SATURATION_BRACKET_HIGH = 1.25  # bracket high = this x the saturation run's request throughput
+BRACKET_RATIO = 64.0  # bracket low = high / this
+MAX_EXPANSIONS = 8  # times the bracket may be widened (x2 or /2) when an end is on the wrong side
+MAX_SATURATION_DOUBLINGS = 3  # more prompts when a saturation run's peak was capped by num_prompts
+SATURATION_PROMPTS_CAP = 50_000
+
+
+class CapacityError(KvsimError):
+    """Bad capacity-planner input: names the flag and the allowed range."""
+
+
+# --------------------------------------------------------------------------------------------------
+# The SLO and the stability rule
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Slo:
+    """Latency bounds a run must meet; None means the bound is not asked for."""
+
+    ttft_p99_s: float | None = None
+    tpot_p99_s: float | None = None
+    normalized_latency_s_per_token: float | None = None  # bound on the mean, as in the vLLM paper
+
+    def __post_init__(self) -> None:
+        for name in ("ttft_p99_s", "tpot_p99_s", "normalized_latency_s_per_token"):
+            value = getattr(self, name)
+            if value is not None and not (math.isfinite(value) and value > 0):
+                raise CapacityError(f"SLO {name} must be a finite number > 0 (got {value!r})")
+        if (
+            self.ttft_p99_s is None
+            and self.tpot_p99_s is None
+            and self.normalized_latency_s_per_token is None
+        ):
+            raise CapacityError(
+                "give an SLO: --slo-ttft-p99 and/or --slo-tpot-p99, or --slo-normalized-latency"
+            )
+
+    def describe(self) -> str:
+        parts = []
+        if self.ttft_p99_s is not None:
+            parts.append(f"p99 TTFT <= {self.ttft_p99_s * 1e3:g} ms")
+        if self.tpot_p99_s is not None:
+            parts.append(f"p99 TPOT <= {self.tpot_p99_s * 1e3:g} ms")
+        if self.normalized_latency_s_per_token is not None:
+            parts.append(f"mean normalized latency <= {self.normalized_latency_s_per_token:g} s/token")
+        return " and ".join(parts)
+
+
+def backlog_growth_req_s(arrival_s: np.ndarray, finish_s: np.ndarray) -> float:
+    """Growth rate of requests in the system (waiting + running) over the 2nd half of the arrivals.
+
+    N(t) = arrived by t - left by t. Over the window [T/2, T], T the last arrival, a server that
+    keeps up holds N roughly level; one that cannot grows it by (arrival rate - service rate) per
+    second. Rejected or unfinished requests must be given finish_s = their leaving time or +inf.
+    """
+    arrival_s = np.asarray(arrival_s, dtype=np.float64)
+    finish_s = np.asarray(finish_s, dtype=np.float64)
+    if arrival_s.size < 2:
+        return 0.0
+    end_s = float(arrival_s.max())
+    start_s = end_s / 2.0
+    if end_s <= 0.0:
+        return 0.0
+
+    def in_system(t: float) -> int:
+        return int(np.count_nonzero(arrival_s <= t) - np.count_nonzero(finish_s <= t))
+
+    return (in_system(end_s) - in_system(start_s)) / (end_s - start_s)
+
+
+def judge_run(
+    run: Any, rate_req_s: float, slo: Slo, backlog_tolerance: float = DEFAULT_BACKLOG_TOLERANCE
+) -> tuple[bool, dict[str, Any]]:
+    """Is this rate sustainable? (SLO holds) and (no request rejected) and (backlog is stable).
+
+    Stable: requests in the system grow by at most `backlog_tolerance` x the arrival rate per second
+    over the second half of the arrivals (`backlog_growth_req_s`). Returns the verdict and the evidence.
+    """
+    metrics = run.summary["metrics"]
+    requests = run.requests
+    rejected = (
+        requests["rejected"].to_numpy(dtype=bool) if "rejected" in requests else np.zeros(len(requests), bool)
+    )
+    finish_s = requests["finish_s"].to_numpy(dtype=np.float64, na_value=np.inf)
+    arrival_s = requests["arrival_s"].to_numpy(dtype=np.float64)
+    finish_s = np.where(rejected, arrival_s, np.where(np.isnan(finish_s), np.inf, finish_s))
+    growth = backlog_growth_req_s(arrival_s, finish_s)
+    evidence: dict[str, Any] = {
+        "rate_req_s": rate_req_s,
+        "p99_ttft_ms": _metric(metrics, "p99_ttft_ms"),
+        "p99_tpot_ms": _metric(metrics, "p99_tpot_ms"),
+        "mean_normalized_latency_s_per_token": _metric(metrics, "mean_normalized_latency_s_per_token"),
+        "backlog_growth_req_s": growth,
+        "queue_growth": _metric(metrics, "queue_growth"),
+        "completed": int(metrics.get("completed", 0)),
+        "rejected": int(rejected.sum()),
+        "request_throughput": _metric(metrics, "request_throughput"),
+    }
+    reasons = []
+    if evidence["rejected"]:
+        reasons.append(f"{evidence['rejected']} request(s) rejected")
+    if growth > backlog_tolerance * rate_req_s:
+        reasons.append(f"backlog grows {growth:.3g} req/s > {backlog_tolerance:g} x rate")
+    checks = (
+        (slo.ttft_p99_s, "p99_ttft_ms", 1e3, "p99 TTFT"),
+        (slo.tpot_p99_s, "p99_tpot_ms", 1e3, "p99 TPOT"),
+        (
+            slo.normalized_latency_s_per_token,
+            "mean_normalized_latency_s_per_token",
+            1.0,
+            "normalized latency",
+        ),
+    )
+    for bound, key, scale, label in checks:
+        if bound is None:
+            continue
+        value = evidence[key]
+        if value is None or not math.isfinite(value) or value > bound * scale:
+            reasons.append(f"{label} {value:.4g} > {bound * scale:g}")
+    evidence["ok"] = not reasons
+    evidence["reason"] = "; ".join(reasons) if reasons else "SLO met, backlog stable"
+    return not reasons, evidence
+
+
+def _metric(metrics: Mapping[str, Any], key: str) -> float | None:
+    value = metrics.get(key)
+    return None if value is None else float(value)
+
+
+# --------------------------------------------------------------------------------------------------
+# Bisection over the rate, as a pure function of an `evaluate(rate) -> (ok, evidence)` callback
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class Probe:
+    rate_req_s: float
+    ok: bool
+    evidence: Any
+
+
+@dataclass(slots=True)
+class RateSearch:
+    """Outcome of a bisection: the answer, how it was bracketed and every probe it took."""
+
+    max_rate_req_s: float  # highest rate that passed (0.0 when none did)
+    status: str  # "converged", "below_bracket" (even the lowest probe failed), "above_bracket"
+    initial_bracket: tuple[float, float]
+    final_bracket: tuple[float, float]  # (highest pass, lowest fail)
+    rel_tol: float
+    probes: list[Probe] = field(default_factory=list)
+
+
+def find_max_rate(
+    evaluate: Callable[[float], tuple[bool, Any]],
+    *,
+    low: float,
+    high: float,
+    rel_tol: float = DEFAULT_REL_TOL,
+    max_expansions: int = MAX_EXPANSIONS,
+) -> RateSearch:
+    """Largest rate with `evaluate(rate)[0]` true, assuming pass below / fail above a threshold.
+
+    Probes `low` and `high` first; an end on the wrong side is moved (/2 or x2) up to
+    `max_expansions` times. Then geometric bisection (midpoint sqrt(lo*hi): the answer may lie
+    anywhere across decades) until hi/lo - 1 <= rel_tol. The answer is the highest passing probe,
+    so it is never above the true threshold of a monotone `evaluate`.
+    """
+    if not (0.0 < low < high) or not math.isfinite(high):
+        raise CapacityError(f"rate bracket must satisfy 0 < low < high (got {low!r}, {high!r})")
+    if not (0.0 < rel_tol < 1.0):
+        raise CapacityError(f"rate tolerance must be in (0, 1) (got {rel_tol!r})")
+    probes: list[Probe] = []
+
+    def probe(rate: float) -> bool:
+        ok, evidence = evaluate(rate)
+        probes.append(Probe(rate, bool(ok), evidence))
+        return bool(ok)
+
+    initial = (low, high)
+    lo_ok = probe(low)
+    for _ in range(max_expansions):
+        if lo_ok:
+            break
+        high, low = low, low / 2.0
+        lo_ok = probe(low)
+    if not lo_ok:
+        return RateSearch(0.0, "below_bracket", initial, (0.0, low), rel_tol, probes)
+    hi_ok = probe(high) if high > low else True
+    for _ in range(max_expansions):
+        if not hi_ok:
+            break
+        low, high = high, high * 2.0
+        hi_ok = probe(high)
+    if hi_ok:
+        return RateSearch(high, "above_bracket", initial, (high, math.inf), rel_tol, probes)
+    while high / low - 1.0 > rel_tol:
+        mid = math.sqrt(low * high)
+        if probe(mid):
+            low = mid
+        else:
+            high = mid
+    return RateSearch(low, "converged", initial, (low, high), rel_tol, probes)
+
+
+# --------------------------------------------------------------------------------------------------
+# Real simulations: one planning job per (allocator, max_model_len, tensor_parallel_size)
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PlanJob:
+    """One independent line of the plan; picklable so that jobs run in parallel processes."""
+
+    allocator: str
+    max_model_len: int
+    tensor_parallel_size: int
+    scenario: Any  # sim.config.Scenario with allocator/max_model_len/TP applied
+    slo: Slo
+    rel_tol: float
+    rate_bracket: tuple[float, float] | None
+    backlog_tolerance: float
+    find_rate: bool
+
+
+def _sim_record(scenario: Any, run: Any, extra: Mapping[str, Any]) -> dict[str, Any]:
+    metrics = run.summary["metrics"]
+    record = {
+        "request_rate": scenario.workload.request_rate,
+        "seed": scenario.seed,
+        "num_prompts": int(metrics.get("num_requests", len(run.requests))),
+        "max_num_seqs": scenario.max_num_seqs,
+    }
+    record.update(extra)
+    return record
+
+
+def _saturation(job: PlanJob) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Peak concurrency with every request arriving at t=0 and max_num_seqs lifted out of the way."""
+    from sim.simulation import simulate
+
+    base_prompts = int(job.scenario.num_prompts or 1000)
+    prompts = base_prompts
+    records: list[dict[str, Any]] = []
+    for _ in range(MAX_SATURATION_DOUBLINGS + 1):
+        scenario = job.scenario.with_overrides(
+            **{"workload.request_rate": math.inf, "num_prompts": prompts, "max_num_seqs": prompts}
+        )
+        run = simulate(scenario)
+        metrics = run.summary["metrics"]
+        peak = int(metrics.get("max_concurrency", 0))
+        records.append(
+            _sim_record(
+                scenario,
+                run,
+                {
+                    "purpose": "saturation",
+                    "max_concurrency": peak,
+                    "mean_concurrency": _metric(metrics, "mean_concurrency"),
+                    "request_throughput": _metric(metrics, "request_throughput"),
+                    "rejected": int(metrics.get("rejected", 0)),
+                },
+            )
+        )
+        if peak < prompts or prompts >= SATURATION_PROMPTS_CAP:
+            break
+        prompts = min(prompts * 2, SATURATION_PROMPTS_CAP)
+    limited_by = "memory" if peak < prompts else "num_prompts"
+    result = {
+        "max_concurrency": peak,
+        "concurrency_limited_by": limited_by,
+        "saturation_throughput_req_s": records[-1]["request_throughput"],
+    }
+    return result, records
+
+
+def plan_one(job: PlanJob) -> dict[str, Any]:
+    """Saturation run, then (if asked) bisection over the rate: one row of the plan, with its runs."""
+    from sim.simulation import simulate
+
+    scenario = job.scenario
+    capacity_tokens = int(scenario.kv_capacity_tokens())
+    row: dict[str, Any] = {
+        "allocator": job.allocator,
+        "max_model_len": job.max_model_len,
+        "tensor_parallel_size": job.tensor_parallel_size,
+        "kv_capacity_tokens": capacity_tokens,
+        "vllm_max_concurrency_x": float(scenario.max_concurrency()),
+    }
+    saturation, records = _saturation(job)
+    row.update(saturation)
+    row["max_concurrency_runs"] = records
+    row["vllm_max_concurrency_runs"] = []  # computed from the scenario's KV budget, no simulation
+    if not job.find_rate:
+        return row
+
+    def evaluate(rate: float) -> tuple[bool, dict[str, Any]]:
+        probe_scenario = scenario.with_overrides(**{"workload.request_rate": rate})
+        run = simulate(probe_scenario)
+        ok, evidence = judge_run(run, rate, job.slo, job.backlog_tolerance)
+        return ok, _sim_record(probe_scenario, run, {"purpose": "rate probe", **evidence})
+
+    if job.rate_bracket is not None:
+        low, high = job.rate_bracket
+    else:
+        throughput = saturation["saturation_throughput_req_s"] or 0.0
+        high = SATURATION_BRACKET_HIGH * throughput if throughput > 0 else 1.0
+        low = high / BRACKET_RATIO
+    search = find_max_rate(evaluate, low=low, high=high, rel_tol=job.rel_tol)
+    row.update(
+        {
+            "max_rate_req_s": search.max_rate_req_s,
+            "rate_status": search.status,
+            "rate_bracket": list(search.initial_bracket),
+            "rate_final_bracket": list(search.final_bracket),
+            "rate_rel_tol": search.rel_tol,
+            "max_rate_runs": [probe.evidence for probe in search.probes],
+        }
+    )
+    return row
+
+
+# --------------------------------------------------------------------------------------------------
+# The plan: all rows, the GPU count, and the outputs (rich table, JSON, CSV)
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class CapacityPlan:
+    """Every row of the plan plus the inputs it answered; `rows` are plain dicts (JSON-ready)."""
+
+    scenario: dict[str, Any]
+    slo: Slo
+    target_rate_req_s: float | None
+    rows: list[dict[str, Any]]
+    failures: dict[str, str] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "scenario": self.scenario,
+            "slo": asdict(self.slo),
+            "slo_text": self.slo.describe(),
+            "target_rate_req_s": self.target_rate_req_s,
+            "stability_rule": (
+                f"requests in system grow <= {DEFAULT_BACKLOG_TOLERANCE:g} x rate per second over the "
+                "second half of the arrivals, no request rejected, and the SLO holds"
+            ),
+            "rows": self.rows,
+            "failures": self.failures,
+        }
+
+    def to_frame(self) -> Any:
+        import pandas as pd
+
+        flat = []
+        for row in self.rows:
+            flat.append(
+                {
+                    k: (json.dumps(v, default=_json_default) if isinstance(v, list | dict) else v)
+                    for k, v in row.items()
+                }
+            )
+        return pd.DataFrame(flat)
+
+    def write(self, path: str | os.PathLike[str]) -> Path:
+        """JSON (.json) or CSV (.csv) by suffix, through a temp file and os.replace."""
+        target = Path(path)
+        suffix = target.suffix.lower()
+        if suffix == ".json":
+            text = json.dumps(self.to_dict(), indent=2, default=_json_default, allow_nan=True) + "\n"
+        elif suffix == ".csv":
+            buffer = io.StringIO()
+            frame = self.to_frame()
+            frame.to_csv(buffer, index=False, quoting=csv.QUOTE_MINIMAL)
+            text = buffer.getvalue()
+        else:
+            raise CapacityError(f"--output {target}: suffix must be .json or .csv")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        handle, temp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+        try:
+            with os.fdopen(handle, "w") as out:
+                out.write(text)
+            os.replace(temp_name, target)
+        except BaseException:
+            Path(temp_name).unlink(missing_ok=True)
+            raise
+        return target
+
+    def rich_table(self) -> Any:
+        from rich.table import Table
+
+        title = f"capacity · SLO: {self.slo.describe()}"
+        if self.target_rate_req_s is not None:
+            title += f" · target {self.target_rate_req_s:g} req/s"
+        table = Table(title=title, title_justify="left")
+        for name in (
+            "allocator",
+            "max_model_len",
+            "TP",
+            "KV tokens",
+            "vLLM max conc.",
+            "max concurrency",
+            "max rate req/s",
+            "GPUs",
+            "sims (seeds)",
+        ):
+            table.add_column(name, justify="left" if name == "allocator" else "right")
+        for row in self.rows:
+            rate = row.get("max_rate_req_s")
+            rate_text = "—" if rate is None else f"{rate:.3g}" + _rate_flag(row.get("rate_status"))
+            conc = f"{row['max_concurrency']}" + (
+                "+" if row.get("concurrency_limited_by") == "num_prompts" else ""
+            )
+            runs = row.get("max_concurrency_runs", []) + row.get("max_rate_runs", [])
+            seeds = sorted({r["seed"] for r in runs})
+            gpus = row.get("gpus_needed")
+            table.add_row(
+                row["allocator"],
+                str(row["max_model_len"]),
+                str(row["tensor_parallel_size"]),
+                f"{row['kv_capacity_tokens']:,}",
+                f"{row['vllm_max_concurrency_x']:.2f}x",
+                conc,
+                rate_text,
+                "—" if gpus is None else ("∞" if gpus < 0 else str(gpus)),
+                f"{len(runs)} ({', '.join(map(str, seeds))})",
+            )
+        return table
+
+
+def _rate_flag(status: str | None) -> str:
+    return {"below_bracket": " (<)", "above_bracket": " (>=)"}.get(status or "", "")
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, np.floating):
+        return float(value)
+    return str(value)
+
+
+def gpus_for_target(
+    target_rate_req_s: float, max_rate_req_s: float, tensor_parallel_size: int
+) -> tuple[int, int]:
+    """(replicas, GPUs) to serve the target; (-1, -1) when one replica sustains no load at all."""
+    if max_rate_req_s <= 0:
+        return -1, -1
+    replicas = math.ceil(target_rate_req_s / max_rate_req_s - 1e-12)
+    return replicas, replicas * tensor_parallel_size
+
+
+def _default_allocators() -> list[str]:
+    import allocators
+
+    preferred = ("contiguous", "request_limit", "paged", "virtual")
+    names = list(allocators.available())
+    return [name for name in preferred if name in names] or names
+
+
+def _model_max_len(scenario: Any) -> int | None:
+    try:
+        return int(scenario.model_spec().max_context_tokens)
+    except (AttributeError, TypeError, ValueError):
+        return None
+
+
+def capacity(
+    scenario: Any,
+    *,
+    slo: Slo,
+    allocators: Sequence[str] | None = None,
+    target_rate_req_s: float | None = None,
+    tensor_parallel_sizes: Sequence[int] | None = None,
+    max_model_lens: Sequence[int] | None = None,
+    rate_bracket: tuple[float, float] | None = None,
+    rel_tol: float = DEFAULT_REL_TOL,
+    backlog_tolerance: float = DEFAULT_BACKLOG_TOLERANCE,
+    jobs: int | None = None,
+    scheduler: str | None = None,
+    dask_local: int | None = None,
+) -> CapacityPlan:
+    """Plan capacity for `scenario` (a Scenario or a scenario TOML path) under `slo`.
+
+    One row per (allocator, max_model_len, tensor_parallel_size): the scenario's own max_model_len
+    and TP plus every value in `max_model_lens` (default 2k..32k up to the model's context) and
+    `tensor_parallel_sizes` (for the GPU count; only at the scenario's max_model_len). Rows are
+    computed in parallel (`jobs` processes, or Dask); a row whose simulations fail is reported in
+    `failures` with its one-line error instead of stopping the plan.
+    """
+    from sim.config import Scenario
+    from sim.executors import make_executor
+
+    if not isinstance(scenario, Scenario):
+        scenario = Scenario.from_toml(Path(scenario))
+    if target_rate_req_s is not None and not (math.isfinite(target_rate_req_s) and target_rate_req_s > 0):
+        raise CapacityError(f"--target-rate must be a finite number > 0 req/s (got {target_rate_req_s!r})")
+    if rate_bracket is not None and not (0 < rate_bracket[0] < rate_bracket[1] < math.inf):
+        raise CapacityError(f"--rate-min/--rate-max must satisfy 0 < min < max (got {rate_bracket!r})")
+    if not 0 < rel_tol < 1:
+        raise CapacityError(f"--rate-tol must be in (0, 1) (got {rel_tol!r})")
+    names = list(allocators) if allocators else _default_allocators()
+    base_len = int(scenario.max_model_len)
+    base_tp = int(scenario.tensor_parallel_size)
+    if max_model_lens is None:
+        limit = _model_max_len(scenario) or base_len
+        lens = sorted({n for n in DEFAULT_MAX_MODEL_LENS if n <= limit} | {base_len})
+    else:
+        lens = sorted({int(n) for n in max_model_lens} | {base_len})
+    tps = sorted({int(t) for t in (tensor_parallel_sizes or ())} | {base_tp})
+    for value in lens:
+        if value < 1:
+            raise CapacityError(f"--max-model-lens values must be >= 1 (got {value})")
+
+    plan_jobs: list[tuple[str, PlanJob]] = []
+    for name in names:
+        combos = [(n, base_tp) for n in lens] + [(base_len, t) for t in tps if t != base_tp]
+        for mml, tp in combos:
+            key = f"{name}|{mml}|{tp}"
+            try:
+                job_scenario = scenario.with_overrides(
+                    allocator=name, max_model_len=mml, tensor_parallel_size=tp
+                )
+            except ValueError as exc:
+                from sim.sweep_spec import one_line
+
+                raise CapacityError(
+                    f"allocator={name}, max_model_len={mml}, TP={tp}: {one_line(exc)}"
+                ) from exc
+            plan_jobs.append(
+                (
+                    key,
+                    PlanJob(name, mml, tp, job_scenario, slo, rel_tol, rate_bracket, backlog_tolerance, True),
+                )
+            )
+
+    executor = make_executor(
+        jobs=min(jobs or os.cpu_count() or 1, len(plan_jobs))
+        if scheduler is None and dask_local is None
+        else jobs,
+        scheduler=scheduler,
+        dask_local=dask_local,
+    )
+    rows_by_key: dict[str, dict[str, Any]] = {}
+    failures: dict[str, str] = {}
+    try:
+        for outcome in executor.map_unordered(_plan_one_safe, plan_jobs):
+            value = outcome.value
+            if outcome.ok and isinstance(value, dict) and "error" not in value:
+                rows_by_key[outcome.key] = value
+            else:
+                failures[outcome.key] = value["error"] if isinstance(value, dict) else outcome.error
+    finally:
+        executor.close()
+    rows = [rows_by_key[key] for key, _ in plan_jobs if key in rows_by_key]
+    if target_rate_req_s is not None:
+        for row in rows:
+            replicas, gpus = gpus_for_target(
+                target_rate_req_s, row.get("max_rate_req_s") or 0.0, row["tensor_parallel_size"]
+            )
+            row["replicas_needed"] = replicas
+            row["gpus_needed"] = gpus
+    return CapacityPlan(
+        scenario=scenario.to_dict(),
+        slo=slo,
+        target_rate_req_s=target_rate_req_s,
+        rows=rows,
+        failures=failures,
+    )
+
+
+def _plan_one_safe(job: PlanJob) -> dict[str, Any]:
+    """Worker entry: a failing row returns its one-line error instead of killing the plan."""
+    try:
+        return plan_one(job)
+    except Exception as exc:  # noqa: BLE001
+        from sim.sweep_spec import one_line
+
+        return {"error": f"{type(exc).__name__}: {one_line(exc)}"}

@@ -1,0 +1,126 @@
+"""`kvsim calibrate` and `kvsim replay`: the GPU side of kvsim (gpu/), as two thin commands.
+
+Why here and not in gpu/: gpu/ must not import sim/ (it runs on bare GPU machines), but `replay`
+wants the simulated model's attention shape, which only the run's summary.json and sim.presets know.
+Both commands exit 2 with one line ("error: no CUDA device: ...") on a machine without a GPU; replay
+validates the results folder first, so a bad folder is reported even there.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import typer
+
+
+def _model_from_results(results_dir: Path) -> dict[str, Any]:
+    """Attention shape of the simulated model (per GPU of the TP group) from the first summary.json found."""
+    for candidate in [results_dir / "summary.json", *sorted(results_dir.glob("*/summary.json"))]:
+        if not candidate.is_file():
+            continue
+        try:
+            scenario = json.loads(candidate.read_text()).get("scenario", {})
+        except (OSError, json.JSONDecodeError, AttributeError):
+            continue
+        model = scenario.get("model")
+        try:
+            from sim.presets import ModelSpec, model_preset
+
+            spec = model_preset(model) if isinstance(model, str) else ModelSpec(**model)
+        except Exception:  # noqa: BLE001 - an unknown/old model entry: fall back to flags/defaults
+            continue
+        tp = int(scenario.get("tensor_parallel_size", 1) or 1)
+        return {
+            "num_q_heads": max(1, spec.num_attention_heads // tp),
+            "num_kv_heads": max(1, spec.num_kv_heads // tp),
+            "head_dim": spec.head_dim,
+            "num_layers": spec.num_layers,
+        }
+    return {}
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("calibrate")
+    def calibrate(
+        output: Path = typer.Option(..., "--output", "-o", help="Profile JSON to write (schema v1)."),
+        raw_csv: Path | None = typer.Option(
+            None, "--raw-csv", help="Raw timings CSV (default: next to --output)."
+        ),
+        quick: bool = typer.Option(False, "--quick", help="A small grid for a smoke run."),
+        max_point_gb: float = typer.Option(
+            8.0, "--max-point-gb", min=0.5, max=64.0, help="KV memory cap per point."
+        ),
+        repeats: int = typer.Option(
+            20, "--repeats", min=20, max=1000, help="Timed repeats per point (>= 20)."
+        ),
+        seed: int = typer.Option(0, "--seed", help="Seed of the random data and shuffled layouts."),
+    ) -> None:
+        """Measure gather and decode-attention costs on this GPU and write a calibration profile."""
+        from gpu.backend import require_cupy
+
+        require_cupy()  # one line and exit 2 without a device, before any work
+        from gpu.calibrate import run_calibration, summary_table, write_outputs
+
+        profile, rows = run_calibration(
+            seed=seed, quick=quick, max_point_bytes=int(max_point_gb * 1e9), repeats=repeats, log=typer.echo
+        )
+        raw_path = raw_csv if raw_csv is not None else output.with_suffix(".raw.csv")
+        write_outputs(profile, rows, output, raw_path)
+        typer.echo(summary_table(profile))
+        typer.echo(f"wrote {output} and {raw_path}")
+
+    @app.command("replay")
+    def replay_cmd(
+        results_dir: Path = typer.Argument(..., help="A run (or compare) folder with layouts/ exported."),
+        output: Path | None = typer.Option(
+            None, "--output", "-o", help="CSV to write (default: RESULTS_DIR/replay.csv)."
+        ),
+        num_q_heads: int | None = typer.Option(
+            None, "--num-q-heads", min=1, help="Default: from summary.json."
+        ),
+        num_kv_heads: int | None = typer.Option(
+            None, "--num-kv-heads", min=1, help="Default: from summary.json."
+        ),
+        head_dim: int | None = typer.Option(
+            None, "--head-dim", help="64 or 128. Default: from summary.json."
+        ),
+        num_layers: int | None = typer.Option(
+            None, "--num-layers", min=1, help="Default: from summary.json."
+        ),
+        dtype: str | None = typer.Option(None, "--dtype", help="bf16 or fp16."),
+        budget_gb: float = typer.Option(
+            8.0, "--budget-gb", min=0.01, max=64.0, help="Replay pool cap (K+V)."
+        ),
+        max_steps: int | None = typer.Option(
+            None, "--max-steps", min=1, help="Replay only the first N steps."
+        ),
+        repeats: int = typer.Option(20, "--repeats", min=20, max=1000),
+    ) -> None:
+        """Time gather and attention on every exported step, next to the cost model's prediction."""
+        from gpu.replay import ReplayModel, load_snapshots, replay, replay_table, rows_to_csv
+
+        load_snapshots(results_dir)  # validate the folder first: a bad folder is reported on any machine
+        shape = {**ReplayModel().__dict__, **_model_from_results(results_dir)}
+        flags = dict(
+            num_q_heads=num_q_heads,
+            num_kv_heads=num_kv_heads,
+            head_dim=head_dim,
+            num_layers=num_layers,
+            dtype=dtype,
+        )
+        shape.update({k: v for k, v in flags.items() if v is not None})
+        model = ReplayModel(**shape)
+        from gpu.backend import require_cupy
+
+        require_cupy()
+        rows = replay(
+            results_dir, model, budget_bytes=int(budget_gb * 1e9), repeats=repeats, max_steps=max_steps
+        )
+        from gpu.profile import write_text_atomic
+
+        target = output if output is not None else results_dir / "replay.csv"
+        write_text_atomic(target, rows_to_csv(rows))
+        typer.echo(replay_table(rows))
+        typer.echo(f"wrote {target}")

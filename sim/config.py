@@ -1,0 +1,796 @@
+"""The Scenario: one simulation's full description, validated once, with vLLM's names.
+
+Why pydantic with `extra="forbid"`: a scenario comes from TOML files, CLI flags and sweep grids, and a
+misspelt key must be refused with one line naming it rather than silently ignored. Every error leaves
+this module as `sim.errors.ScenarioError` whose message is one line: the field and the allowed range.
+
+Derived defaults (`max_model_len` from the model, `max_num_batched_tokens`, `num_prompts`) are filled
+after validation without marking them as set, so `with_overrides(model=...)` re-derives them for the
+new model instead of keeping the old model's numbers.
+"""
+
+from __future__ import annotations
+
+import math
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from sim.errors import ScenarioError
+from sim.presets import (
+    GPU_PRESETS,
+    MODEL_PRESETS,
+    GpuSpec,
+    ModelSpec,
+    canonical_gpu_name,
+    canonical_model_name,
+    gpu_preset,
+    model_preset,
+)
+from sim.units import format_bytes, parse_bytes, parse_duration_s
+
+# ----------------------------------------------------------------------------------------------------------
+# Allocator names and the string form "request_limit:pow2:best_fit"
+
+ALLOCATOR_NAMES: tuple[str, ...] = ("contiguous", "request_limit", "paged", "virtual")
+PLACEMENTS: tuple[str, ...] = ("first_fit", "best_fit", "buddy")
+RESERVATIONS: tuple[str, ...] = ("limit", "oracle", "pow2")
+CONTIGUOUS_FAMILY: tuple[str, ...] = ("contiguous", "request_limit")
+
+# Allocator parameters that the scenario owns (one source of truth: the cost model and the engine read
+# them from the scenario too). `allocator_params()` fills them in.
+SCENARIO_OWNED_PARAMS: dict[str, str] = {
+    "capacity_tokens": "kv_cache_memory",
+    "max_model_len": "max_model_len",
+    "block_size": "block_size",
+    "enable_prefix_caching": "enable_prefix_caching",
+    "bytes_per_token_per_layer": "model",
+    "num_layers": "model",
+}
+
+# vAttention maps physical memory in pages; 2 MiB is CUDA's native VMM granularity. The page size is
+# rounded down to a whole number of tokens of one layer's K (or V) tensor, see `allocator_params()`.
+DEFAULT_PAGE_BYTES = 2 * 1024**2
+
+# Activation reserve when the KV budget is derived from gpu_memory_utilization (vLLM measures it with a
+# dummy forward pass at max_num_batched_tokens; we estimate it, see docs/cost_model.md "Presets").
+NON_TORCH_RESERVE_BYTES = 512 * 1024**2  # CUDA context, cuBLAS and NCCL workspaces
+ACTIVATION_WIDTH_HIDDENS = 10  # live activations per batched token, in units of hidden_size elements
+
+DEFAULT_NUM_PROMPTS = 1000
+DEFAULT_MIN_BATCHED_TOKENS = 8192
+
+
+def _known_allocator_names() -> tuple[str, ...]:
+    """The fixed names plus whatever the allocator registry adds (it may grow new ones)."""
+    try:
+        import allocators
+
+        extra = tuple(name for name in allocators.available() if name not in ALLOCATOR_NAMES)
+    except Exception:  # registry not importable yet: the fixed list is the contract
+        extra = ()
+    return ALLOCATOR_NAMES + extra
+
+
+def parse_allocator(text: str) -> dict[str, Any]:
+    """'request_limit:pow2:best_fit' -> {'name': 'request_limit', 'params': {...}}; ValueError if unknown.
+
+    Tokens after the name: a placement (first_fit|best_fit|buddy) for the contiguous family, a
+    reservation (limit|oracle|pow2) for request_limit, a page size ("64KiB") for virtual.
+    """
+    parts = [part.strip() for part in text.strip().split(":")]
+    name = parts[0].lower().replace("-", "_")
+    known = _known_allocator_names()
+    if name not in known:
+        raise ValueError(f"unknown allocator {parts[0]!r} (known: {', '.join(known)})")
+    params: dict[str, Any] = {}
+    for token in parts[1:]:
+        word = token.lower().replace("-", "_")
+        if name in CONTIGUOUS_FAMILY and word in PLACEMENTS and "placement" not in params:
+            params["placement"] = word
+        elif name == "request_limit" and word in RESERVATIONS and "reservation" not in params:
+            params["reservation"] = word
+        elif name == "virtual" and "page_bytes" not in params:
+            params["page_bytes"] = parse_bytes(token, field="allocator")
+        else:
+            allowed = {
+                "contiguous": f"a placement ({'|'.join(PLACEMENTS)})",
+                "request_limit": f"a reservation ({'|'.join(RESERVATIONS)}) and a placement "
+                f"({'|'.join(PLACEMENTS)})",
+                "virtual": "a page size such as 64KiB",
+            }.get(name, "nothing")
+            raise ValueError(
+                f"{text!r}: unexpected {token!r}; after {name!r} the allowed parts are {allowed}"
+            )
+    return {"name": name, "params": params}
+
+
+class AllocatorSpec(BaseModel):
+    """Which allocator and its own parameters (placement, reservation, page_bytes, ...)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = "paged"
+    params: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_string(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return parse_allocator(value)
+        return value
+
+    @field_validator("name")
+    @classmethod
+    def _known_name(cls, name: str) -> str:
+        if ":" in name:
+            raise ValueError(f"must be a bare allocator name; give {name!r} as the whole allocator string")
+        return parse_allocator(name)["name"]
+
+    @field_validator("params")
+    @classmethod
+    def _no_scenario_owned(cls, params: dict[str, Any]) -> dict[str, Any]:
+        for key in params:
+            if key in SCENARIO_OWNED_PARAMS:
+                raise ValueError(
+                    f"{key!r} comes from the scenario; set {SCENARIO_OWNED_PARAMS[key]!r} instead"
+                )
+        return params
+
+    @property
+    def label(self) -> str:
+        """Short display name: 'paged', 'request_limit:oracle', 'contiguous:buddy'."""
+        parts = [self.name]
+        for key in ("reservation", "placement"):
+            if key in self.params:
+                parts.append(str(self.params[key]))
+        if "page_bytes" in self.params:
+            parts.append(format_bytes(self.params["page_bytes"]).replace(" ", "").replace(".00", ""))
+        return ":".join(parts)
+
+
+class WorkloadSpec(BaseModel):
+    """Arguments for `workloads.load`: a preset name or a trace path plus the vLLM-bench knobs."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    source: str = "sharegpt"
+    request_rate: float | None = Field(default=2.0, gt=0)  # None: keep the trace's own timestamps
+    time_scale: float = Field(default=1.0, gt=0)
+    arrival: str | None = None  # arrival process name (poisson, gamma, ...); None: the source's default
+    max_tokens_policy: str | None = None  # fixed(N) | exact | factor(k) | none; None: the source's default
+    fmt: str | None = None
+    on_bad_row: Literal["error", "skip"] = "error"
+    clip: bool | None = None  # clip lengths to max_model_len (counted); None: presets clip, traces do not
+    params: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("source")
+    @classmethod
+    def _non_empty(cls, source: str) -> str:
+        if not source.strip():
+            raise ValueError("must be a workload preset name or a trace file path (got '')")
+        return source
+
+
+def _parse_bytes_or_none(value: Any, field: str) -> Any:
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, str | float):
+        return parse_bytes(value, field=field)
+    return value
+
+
+class Scenario(BaseModel):
+    """One simulation: model, GPU, engine knobs (vLLM names), allocator, workload, seed, cost knobs."""
+
+    model_config = ConfigDict(extra="forbid", validate_default=True)
+
+    name: str = "run"
+    model: str | ModelSpec = "OPT-13B"
+    gpu: str | GpuSpec = "A100-40GB"
+    tensor_parallel_size: int = Field(default=1, ge=1, le=1024)
+    gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)
+    kv_cache_memory: int | None = Field(default=None, ge=1)  # bytes per GPU; overrides utilization
+    activation_reserve: int | None = Field(default=None, ge=0)  # bytes per GPU; None: estimated
+    max_model_len: int | None = Field(default=None, ge=1)  # None: the model's max context
+    allow_long_max_model_len: bool = False
+    max_num_seqs: int = Field(default=256, ge=1)
+    max_num_batched_tokens: int | None = Field(default=None, ge=1)  # None: max(max_model_len, 8192, seqs)
+    enable_chunked_prefill: bool = False
+    preemption_mode: Literal["recompute", "swap"] = "recompute"
+    swap_space: int = Field(default=4 * 1024**3, ge=0)  # CPU swap bytes per GPU (vLLM: --swap-space 4)
+    enable_prefix_caching: bool = False
+    block_size: int = Field(default=16, ge=1)
+    allocator: AllocatorSpec = Field(default_factory=AllocatorSpec)
+    workload: WorkloadSpec = Field(default_factory=WorkloadSpec)
+    seed: int = Field(default=0, ge=0)
+    duration_s: float | None = Field(default=None, gt=0)
+    num_prompts: int | None = Field(default=None, ge=1)  # None (and no duration_s): 1000
+    calibration: str | None = None  # calibration profile JSON from gpu/
+    export_layouts_every: int | None = Field(default=None, ge=1)  # steps
+    # Cost model knobs (docs/cost_model.md "Cost model").
+    step_overhead_s: float = Field(default=0.002, ge=0)
+    hbm_efficiency: float = Field(default=0.8, gt=0, le=1)
+    flops_efficiency: float = Field(default=0.5, gt=0, le=1)
+    kv_layout_factor: float | None = Field(default=None, gt=0)  # None: from block size / profile
+    constant_step_s: float | None = Field(default=None, gt=0)  # every step takes this long (tests, what-ifs)
+
+    def __init__(self, **data: Any) -> None:
+        try:
+            super().__init__(**data)
+        except ValidationError as exc:
+            raise ScenarioError(one_line(exc)) from None
+
+    @classmethod
+    def model_validate(cls, obj: Any, **kwargs: Any) -> Scenario:  # type: ignore[override]
+        if isinstance(obj, dict):
+            return cls(**obj)
+        try:
+            return super().model_validate(obj, **kwargs)
+        except ValidationError as exc:
+            raise ScenarioError(one_line(exc)) from None
+
+    # -- field parsing ------------------------------------------------------------------------------------
+
+    @field_validator("model", mode="before")
+    @classmethod
+    def _model_preset_or_spec(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return canonical_model_name(value)
+        return value
+
+    @field_validator("gpu", mode="before")
+    @classmethod
+    def _gpu_preset_or_spec(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return canonical_gpu_name(value)
+        return value
+
+    @field_validator("kv_cache_memory", mode="before")
+    @classmethod
+    def _kv_cache_memory_bytes(cls, value: Any) -> Any:
+        return _parse_bytes_or_none(value, "kv_cache_memory")
+
+    @field_validator("activation_reserve", mode="before")
+    @classmethod
+    def _activation_reserve_bytes(cls, value: Any) -> Any:
+        return _parse_bytes_or_none(value, "activation_reserve")
+
+    @field_validator("swap_space", mode="before")
+    @classmethod
+    def _swap_space_bytes(cls, value: Any) -> Any:
+        return _parse_bytes_or_none(value, "swap_space")
+
+    @field_validator("duration_s", "step_overhead_s", "constant_step_s", mode="before")
+    @classmethod
+    def _seconds(cls, value: Any, info: Any) -> Any:
+        if isinstance(value, str):
+            return parse_duration_s(value, field=info.field_name)
+        return value
+
+    @field_validator("allocator", mode="before")
+    @classmethod
+    def _allocator_string(cls, value: Any) -> Any:
+        return parse_allocator(value) if isinstance(value, str) else value
+
+    @field_validator("workload", mode="before")
+    @classmethod
+    def _workload_string(cls, value: Any) -> Any:
+        return {"source": value} if isinstance(value, str) else value
+
+    # -- derived defaults and impossible scenarios --------------------------------------------------------
+
+    @model_validator(mode="after")
+    def _resolve_and_check(self) -> Scenario:
+        model, gpu, tp = self.model_spec(), self.gpu_spec(), self.tensor_parallel_size
+        if model.num_attention_heads % tp != 0:
+            raise ValueError(
+                f"field 'tensor_parallel_size': must divide {model.name}'s num_attention_heads="
+                f"{model.num_attention_heads} (got {tp})"
+            )
+        if model.num_kv_heads % tp != 0 and tp % model.num_kv_heads != 0:
+            raise ValueError(
+                f"field 'tensor_parallel_size': must divide {model.name}'s num_kv_heads={model.num_kv_heads} "
+                f"or be a multiple of it (got {tp})"
+            )
+        if self.max_model_len is None:
+            object.__setattr__(self, "max_model_len", model.max_context_tokens)
+        elif self.max_model_len > model.max_context_tokens and not self.allow_long_max_model_len:
+            raise ValueError(
+                f"field 'max_model_len': must be <= {model.max_context_tokens}, {model.name}'s max context "
+                f"(got {self.max_model_len}); set allow_long_max_model_len = true to override"
+            )
+        if self.max_num_batched_tokens is None:
+            object.__setattr__(
+                self,
+                "max_num_batched_tokens",
+                max(self.max_model_len, DEFAULT_MIN_BATCHED_TOKENS, self.max_num_seqs),
+            )
+        if not self.enable_chunked_prefill and self.max_num_batched_tokens < self.max_model_len:
+            raise ValueError(
+                f"field 'max_num_batched_tokens': must be >= max_model_len={self.max_model_len} "
+                f"without chunked prefill (got {self.max_num_batched_tokens}); "
+                "enable_chunked_prefill = true allows it"
+            )
+        if self.max_num_batched_tokens < self.max_num_seqs:
+            raise ValueError(
+                f"field 'max_num_batched_tokens': must be >= max_num_seqs={self.max_num_seqs} "
+                f"(got {self.max_num_batched_tokens})"
+            )
+        if self.num_prompts is None and self.duration_s is None:
+            object.__setattr__(self, "num_prompts", DEFAULT_NUM_PROMPTS)
+        self._check_memory(model, gpu)
+        return self
+
+    def _check_memory(self, model: ModelSpec, gpu: GpuSpec) -> None:
+        tp = self.tensor_parallel_size
+        weights = self.weight_bytes_per_gpu()
+        if weights > gpu.memory_bytes:
+            raise ValueError(
+                f"field 'tensor_parallel_size': {model.name}'s weights need {format_bytes(weights)} "
+                f"per GPU at tensor_parallel_size={tp}, "
+                f"more than {gpu.name}'s {format_bytes(gpu.memory_bytes)}"
+            )
+        if self.kv_cache_memory is not None:
+            if weights + self.kv_cache_memory > gpu.memory_bytes:
+                raise ValueError(
+                    f"field 'kv_cache_memory': must be <= {format_bytes(gpu.memory_bytes - weights)} "
+                    f"({gpu.name}'s memory minus {format_bytes(weights)} of weights per GPU) "
+                    f"(got {format_bytes(self.kv_cache_memory)})"
+                )
+        elif self.kv_budget_bytes_per_gpu() <= 0:
+            usable = gpu.memory_bytes * self.gpu_memory_utilization
+            raise ValueError(
+                f"field 'gpu_memory_utilization': no memory left for the KV cache: {gpu.name} x "
+                f"{self.gpu_memory_utilization} = {format_bytes(usable)} - weights {format_bytes(weights)} - "
+                f"activation reserve {format_bytes(self.activation_reserve_bytes_per_gpu())}; raise it, "
+                "raise tensor_parallel_size or set kv_cache_memory"
+            )
+        page_bytes = self.allocator.params.get("page_bytes")
+        unit = self.kv_bytes_per_token_per_layer_per_gpu()
+        if (
+            self.allocator.name == "virtual"
+            and page_bytes is not None
+            and (not isinstance(page_bytes, int) or page_bytes < unit or page_bytes % unit != 0)
+        ):
+            raise ValueError(
+                f"field 'allocator.params.page_bytes': must be a positive multiple of {unit} bytes "
+                f"(one layer's K for one token of {model.name} per GPU), "
+                f"e.g. {max(1, DEFAULT_PAGE_BYTES // unit) * unit} "
+                f"(got {page_bytes!r})"
+            )
+        capacity = self.kv_capacity_tokens()
+        budget_field = "kv_cache_memory" if self.kv_cache_memory is not None else "gpu_memory_utilization"
+        name = self.allocator.name
+        needed, what = 1, "one token"
+        if name == "contiguous":
+            needed, what = self.max_model_len, f"one max_model_len={self.max_model_len} sequence"
+        elif name == "paged":
+            needed, what = self.block_size, f"one block of block_size={self.block_size}"
+        elif name == "virtual":
+            page_tokens = self.virtual_page_tokens()
+            needed, what = page_tokens, f"one page ({page_tokens} tokens)"
+        if capacity < needed:
+            raise ValueError(
+                f"field '{budget_field}': the KV budget holds {capacity} tokens, less than {what} that the "
+                f"{name} allocator needs"
+            )
+
+    # -- specs and memory plan ----------------------------------------------------------------------------
+
+    def model_spec(self) -> ModelSpec:
+        return MODEL_PRESETS[self.model] if isinstance(self.model, str) else self.model
+
+    def gpu_spec(self) -> GpuSpec:
+        return GPU_PRESETS[self.gpu] if isinstance(self.gpu, str) else self.gpu
+
+    def kv_heads_per_gpu(self) -> int:
+        """KV heads each tensor-parallel rank holds (replicated when tp exceeds the KV heads, as in vLLM)."""
+        return max(1, self.model_spec().num_kv_heads // self.tensor_parallel_size)
+
+    def kv_bytes_per_token_per_layer_per_gpu(self) -> int:
+        """Bytes of one layer's K (or V) tensor for one token on one GPU: the virtual allocator's unit."""
+        model = self.model_spec()
+        return self.kv_heads_per_gpu() * model.head_dim * model.dtype_bytes
+
+    def kv_bytes_per_token_per_gpu(self) -> int:
+        return 2 * self.model_spec().num_layers * self.kv_bytes_per_token_per_layer_per_gpu()
+
+    def kv_bytes_per_token(self) -> int:
+        """Bytes one token's KV costs over the whole TP group (OPT-13B: 819,200 = 800 KiB)."""
+        return self.kv_bytes_per_token_per_gpu() * self.tensor_parallel_size
+
+    def weight_bytes_per_gpu(self) -> int:
+        return math.ceil(self.model_spec().weight_bytes / self.tensor_parallel_size)
+
+    def activation_reserve_bytes_per_gpu(self) -> int:
+        if self.activation_reserve is not None:
+            return self.activation_reserve
+        model = self.model_spec()
+        activations = (
+            self.max_num_batched_tokens * model.hidden_size * model.dtype_bytes * ACTIVATION_WIDTH_HIDDENS
+        )
+        return NON_TORCH_RESERVE_BYTES + activations
+
+    def kv_budget_bytes_per_gpu(self) -> int:
+        """kv_cache_memory, else memory x utilization - weights/TP - activation reserve (may be <= 0)."""
+        if self.kv_cache_memory is not None:
+            return self.kv_cache_memory
+        usable = math.floor(self.gpu_spec().memory_bytes * self.gpu_memory_utilization)
+        return usable - self.weight_bytes_per_gpu() - self.activation_reserve_bytes_per_gpu()
+
+    def kv_budget_bytes(self) -> int:
+        return self.kv_budget_bytes_per_gpu() * self.tensor_parallel_size
+
+    def kv_capacity_tokens(self) -> int:
+        """Token slots of KV cache: the same on every rank, so the TP group's capacity."""
+        return max(0, self.kv_budget_bytes_per_gpu()) // self.kv_bytes_per_token_per_gpu()
+
+    def swap_space_tokens(self) -> int:
+        return self.swap_space // self.kv_bytes_per_token_per_gpu()
+
+    def virtual_page_tokens(self) -> int:
+        """Tokens per physical page of the virtual allocator (page_bytes / one layer's K bytes per token).
+
+        The default page is the largest whole number of tokens that fits in 2 MiB.
+        """
+        unit = self.kv_bytes_per_token_per_layer_per_gpu()
+        page_bytes = self.allocator.params.get("page_bytes")
+        if isinstance(page_bytes, int) and page_bytes >= unit:
+            return page_bytes // unit
+        return max(1, DEFAULT_PAGE_BYTES // unit)
+
+    def max_concurrency(self, tokens_per_request: int | None = None) -> float:
+        """vLLM's 'Maximum concurrency for N tokens per request: X x' (N defaults to max_model_len)."""
+        return self.kv_capacity_tokens() / (tokens_per_request or self.max_model_len)
+
+    def memory_plan(self) -> dict[str, Any]:
+        """Where the GPU memory goes, per GPU, for display (kvsim presets / run)."""
+        return {
+            "gpu_memory_bytes": self.gpu_spec().memory_bytes,
+            "gpu_memory_utilization": self.gpu_memory_utilization,
+            "weight_bytes_per_gpu": self.weight_bytes_per_gpu(),
+            "activation_reserve_bytes_per_gpu": (
+                None if self.kv_cache_memory is not None else self.activation_reserve_bytes_per_gpu()
+            ),
+            "kv_budget_bytes_per_gpu": self.kv_budget_bytes_per_gpu(),
+            "kv_bytes_per_token": self.kv_bytes_per_token(),
+            "kv_capacity_tokens": self.kv_capacity_tokens(),
+            "max_concurrency_at_max_model_len": self.max_concurrency(),
+        }
+
+    # -- what other packages are called with --------------------------------------------------------------
+
+    def allocator_params(self) -> dict[str, Any]:
+        """Full kwargs for `allocators.make_allocator(self.allocator.name, **params)`."""
+        name = self.allocator.name
+        params: dict[str, Any] = {"capacity_tokens": self.kv_capacity_tokens(), **self.allocator.params}
+        if name in CONTIGUOUS_FAMILY:
+            params["max_model_len"] = self.max_model_len
+        elif name == "paged":
+            params["max_model_len"] = self.max_model_len
+            params["block_size"] = self.block_size
+            params["enable_prefix_caching"] = self.enable_prefix_caching
+        elif name == "virtual":
+            per_layer = self.kv_bytes_per_token_per_layer_per_gpu()
+            params["max_model_len"] = self.max_model_len
+            params["num_layers"] = self.model_spec().num_layers
+            params["bytes_per_token_per_layer"] = per_layer
+            params["page_bytes"] = self.virtual_page_tokens() * per_layer
+        return params
+
+    def make_allocator(self) -> Any:
+        import allocators
+
+        return allocators.make_allocator(self.allocator.name, **self.allocator_params())
+
+    def rng(self) -> np.random.Generator:
+        """The run's one random stream (every random draw derives from `seed`)."""
+        return np.random.default_rng(self.seed)
+
+    def load_workload(self, rng: np.random.Generator | None = None) -> Any:
+        """The request table for this scenario (a pandas DataFrame validated by workloads)."""
+        import workloads
+
+        spec = self.workload
+        extra: dict[str, Any] = dict(spec.params)
+        if spec.arrival is not None:
+            extra["arrival"] = spec.arrival
+        if spec.max_tokens_policy is not None:
+            extra["max_tokens_policy"] = spec.max_tokens_policy
+        return workloads.load(
+            spec.source,
+            seed=rng if rng is not None else self.rng(),
+            num_prompts=self.num_prompts,
+            duration_s=self.duration_s,
+            request_rate=spec.request_rate,
+            time_scale=spec.time_scale,
+            max_model_len=self.max_model_len,
+            fmt=spec.fmt,
+            on_bad_row=spec.on_bad_row,
+            clip=spec.clip,
+            **extra,
+        )
+
+    # -- loading, overriding, saving ----------------------------------------------------------------------
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], **overrides: Any) -> Scenario:
+        """Build from plain data (TOML table, summary.json's "scenario"), then apply dotted overrides."""
+        if not isinstance(data, dict):
+            raise ScenarioError(f"a scenario must be a table of fields (got {type(data).__name__})")
+        merged = _deep_copy(data)
+        for key, value in overrides.items():
+            if value is not None:
+                _set_dotted(merged, key, value)
+        return cls(**merged)
+
+    @classmethod
+    def from_toml(cls, path: str | Path, **overrides: Any) -> Scenario:
+        """Load a TOML scenario; overrides (dotted keys, None = not given) win over the file."""
+        path = Path(path)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise ScenarioError(f"{path}: config file not found") from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ScenarioError(f"{path}: cannot read config file ({exc})") from None
+        try:
+            data = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            raise ScenarioError(f"{path}: invalid TOML: {exc}") from None
+        _resolve_relative_paths(data, path.parent)
+        for key in overrides:
+            check_field(key)
+        try:
+            return cls.from_dict(data, **overrides)
+        except ScenarioError as exc:
+            raise ScenarioError(f"{path}: {exc}") from None
+
+    def with_overrides(self, **overrides: Any) -> Scenario:
+        """A new scenario with dotted keys changed ('workload.request_rate': 4); None = leave as is.
+
+        Only explicitly set fields are carried over, so derived defaults follow the new values.
+        """
+        data = self.model_dump(exclude_unset=True)
+        for key, value in overrides.items():
+            check_field(key)
+            if value is None:
+                continue
+            head = key.split(".", 1)[0]
+            current = data.get(head, getattr(self, head))
+            if "." in key and head in ("model", "gpu") and isinstance(current, str):
+                # Changing one number of a preset: start from the preset's numbers, renamed.
+                try:
+                    spec = model_preset(current) if head == "model" else gpu_preset(current)
+                except ValueError as exc:
+                    raise ScenarioError(f"field '{head}': {exc}") from None
+                data[head] = spec.model_dump() | {"name": f"{spec.name}-custom"}
+            _set_dotted(data, key, value)
+        return Scenario(**data)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-safe, with derived defaults filled in (goes into summary.json); inf is written "inf"."""
+        return _json_safe(self.model_dump(mode="json"))
+
+    def to_toml(self) -> str:
+        """The scenario as TOML text that `from_toml` reads back to an equal scenario."""
+        return _to_toml(self.to_dict())
+
+
+def default_scenario() -> Scenario:
+    """The vLLM paper's setting: OPT-13B on an A100-40GB, 12 GiB of KV, ShareGPT at 2 req/s, 2048 context."""
+    return Scenario(
+        name="default",
+        model="OPT-13B",
+        gpu="A100-40GB",
+        kv_cache_memory="12GiB",
+        max_model_len=2048,
+        workload=WorkloadSpec(source="sharegpt", request_rate=2.0),
+        num_prompts=DEFAULT_NUM_PROMPTS,
+    )
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Field names, dotted overrides and error messages
+
+_SUBMODELS: dict[str, type[BaseModel]] = {
+    "model": ModelSpec,
+    "gpu": GpuSpec,
+    "allocator": AllocatorSpec,
+    "workload": WorkloadSpec,
+}
+_FREE_FORM_PREFIXES: tuple[str, ...] = ("allocator.params.", "workload.params.")
+
+
+def scenario_fields() -> list[str]:
+    """Every valid dotted key (sweeps refuse others); free-form dicts are listed as 'allocator.params.*'."""
+    keys: list[str] = []
+    for name in Scenario.model_fields:
+        keys.append(name)
+        if name in _SUBMODELS:
+            for sub in _SUBMODELS[name].model_fields:
+                keys.append(f"{name}.{sub}")
+    keys += [prefix + "*" for prefix in _FREE_FORM_PREFIXES]
+    return keys
+
+
+def check_field(key: str) -> None:
+    """Raise ScenarioError naming the valid keys unless `key` is a scenario field (dotted for nested)."""
+    if key.startswith(_FREE_FORM_PREFIXES) and len(key.split(".")) == 3 and key.split(".")[2]:
+        return
+    if key not in scenario_fields():
+        raise ScenarioError(f"unknown scenario field {key!r} (valid: {', '.join(scenario_fields())})")
+
+
+def _deep_copy(data: Any) -> Any:
+    if isinstance(data, dict):
+        return {key: _deep_copy(value) for key, value in data.items()}
+    if isinstance(data, list):
+        return [_deep_copy(value) for value in data]
+    return data
+
+
+def _json_safe(data: Any) -> Any:
+    """Strict JSON has no inf/nan: write them as the strings pydantic reads back as floats."""
+    if isinstance(data, dict):
+        return {key: _json_safe(value) for key, value in data.items()}
+    if isinstance(data, list):
+        return [_json_safe(value) for value in data]
+    if isinstance(data, float) and not math.isfinite(data):
+        return str(data)
+    return data
+
+
+def _set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
+    parts = key.split(".")
+    node = data
+    for part in parts[:-1]:
+        child = node.get(part)
+        if isinstance(child, str) and part == "allocator":
+            child = parse_allocator(child)
+        elif isinstance(child, str) and part == "workload":
+            child = {"source": child}
+        elif isinstance(child, BaseModel):
+            child = child.model_dump(exclude_unset=True)
+        elif not isinstance(child, dict):
+            child = {}
+        node[part] = child
+        node = child
+    node[parts[-1]] = value
+
+
+def _resolve_relative_paths(data: dict[str, Any], base: Path) -> None:
+    """Paths in a TOML file are relative to the file when they exist there (not to the caller's cwd)."""
+
+    def resolve(value: Any) -> Any:
+        if isinstance(value, str) and value and not Path(value).is_absolute() and (base / value).exists():
+            return str((base / value).resolve())
+        return value
+
+    if "calibration" in data:
+        data["calibration"] = resolve(data["calibration"])
+    workload = data.get("workload")
+    if isinstance(workload, dict) and "source" in workload:
+        workload["source"] = resolve(workload["source"])
+    elif isinstance(workload, str):
+        data["workload"] = resolve(workload)
+
+
+def _valid_keys(loc: tuple[Any, ...]) -> list[str]:
+    model: type[BaseModel] = Scenario
+    for part in loc:
+        if isinstance(part, str) and part in _SUBMODELS and model is Scenario:
+            model = _SUBMODELS[part]
+    return list(model.model_fields)
+
+
+def _describe(error: dict[str, Any]) -> str:
+    kind, ctx, got = error["type"], error.get("ctx") or {}, error.get("input")
+    shown = f" (got {got!r})" if not isinstance(got, dict | list) else ""
+    if kind == "greater_than_equal":
+        return f"must be >= {ctx['ge']}{shown}"
+    if kind == "greater_than":
+        return f"must be > {ctx['gt']}{shown}"
+    if kind == "less_than_equal":
+        return f"must be <= {ctx['le']}{shown}"
+    if kind == "less_than":
+        return f"must be < {ctx['lt']}{shown}"
+    if kind in ("int_parsing", "int_type", "int_from_float"):
+        return f"must be an integer{shown}"
+    if kind in ("float_parsing", "float_type", "finite_number"):
+        return f"must be a number{shown}"
+    if kind in ("bool_parsing", "bool_type"):
+        return f"must be true or false{shown}"
+    if kind == "string_type":
+        return f"must be a string{shown}"
+    if kind == "literal_error":
+        return f"must be one of {ctx.get('expected')}{shown}"
+    if kind in ("dict_type", "model_type", "model_attributes_type"):
+        return f"must be a table of fields{shown}"
+    if kind == "missing":
+        return "is required"
+    if kind == "extra_forbidden":
+        return f"unknown field (valid: {', '.join(_valid_keys(tuple(error['loc'][:-1])))})"
+    if kind == "value_error":
+        return str(ctx.get("error", error["msg"]))
+    message = str(error["msg"])
+    return message[:1].lower() + message[1:] + shown
+
+
+def _location(loc: tuple[Any, ...]) -> str:
+    """Dotted field path without pydantic's union tags ('str', 'ModelSpec', 'function-after[...]')."""
+    parts = [
+        str(part)
+        for part in loc
+        if not (
+            isinstance(part, str) and (part in ("str", "int", "float") or "[" in part or part[:1].isupper())
+        )
+    ]
+    return ".".join(parts)
+
+
+def one_line(exc: ValidationError) -> str:
+    """The first problem as `field 'block_size': must be >= 1 (got 0)`, plus a count of the others."""
+    errors = exc.errors()
+    # A union (str | ModelSpec) reports one error per branch; drop the branch the input was not meant for.
+    meant = [e for e in errors if not (e["type"] == "string_type" and e["loc"][-1:] == ("str",))]
+    errors = meant or errors
+    first = errors[0]
+    where = _location(tuple(first["loc"]))
+    message = _describe(first)
+    text = message if message.startswith("field '") or not where else f"field '{where}': {message}"
+    others = len({_location(tuple(e["loc"])) for e in errors} - {where})
+    if others:
+        text += f" (and {others} more problem{'s' if others > 1 else ''})"
+    return " ".join(text.split())
+
+
+# ----------------------------------------------------------------------------------------------------------
+# TOML writing (tomllib only reads)
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if math.isinf(value):
+            return "inf" if value > 0 else "-inf"
+        if math.isnan(value):
+            return "nan"
+        return repr(value)
+    if isinstance(value, str):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(item) for item in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{_toml_key(k)} = {_toml_value(v)}" for k, v in value.items()) + "}"
+    raise TypeError(f"cannot write {type(value).__name__} to TOML")
+
+
+def _toml_key(key: str) -> str:
+    return key if key.replace("_", "").replace("-", "").isalnum() else _toml_value(key)
+
+
+def _to_toml(data: dict[str, Any]) -> str:
+    lines: list[str] = []
+    tables: list[tuple[str, dict[str, Any]]] = []
+    for key, value in data.items():
+        if value is None:
+            continue  # TOML has no null: absent means default
+        if isinstance(value, dict):
+            tables.append((key, value))
+        else:
+            lines.append(f"{_toml_key(key)} = {_toml_value(value)}")
+    for key, table in tables:
+        lines.append("")
+        lines.append(f"[{_toml_key(key)}]")
+        for sub_key, sub_value in table.items():
+            if sub_value is not None:
+                lines.append(f"{_toml_key(sub_key)} = {_toml_value(sub_value)}")
+    return "\n".join(lines) + "\n"

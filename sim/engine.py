@@ -1,0 +1,424 @@
+"""The SimPy serving engine: arrivals and an iteration-level continuous-batching loop.
+
+Why SimPy plus jumps: SimPy gives the arrival process and the server honest simulated time, but one
+SimPy event per serving iteration (~1M for 100k requests) would be slow. So the serving loop wakes
+only when something happens. Between events, every running sequence decodes one token per
+iteration and nothing else changes, so k iterations are taken at once, exactly:
+
+    k = min(iterations until the next sequence finishes   (heap of finish iterations),
+            iterations that start before the next arrival (closed-form step times, searched),
+            1 + allocator.max_uniform_growth(running, k-1)  (memory runs out))
+
+then `allocator.grow(running, k-1)` once, one timeout of the exact total duration, and the last
+iteration is finished like a normal step (finishers released, survivors grown, failures preempted).
+`EngineConfig(multi_step=False)` steps one iteration at a time through the same code; a test checks
+both give the same tables.
+
+The engine sees requests, an allocator (Protocol in allocators/base.py) and a cost model; it does
+not import the scenario, so tests can drive it with small fakes.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+import pandas as pd
+import simpy
+
+from allocators.base import Allocator, Layout
+from sim.metrics import RequestLog, StepRecorder, TimeIntegrals
+from sim.scheduler import RequestInfo, Scheduler
+
+REQUIRED_COLUMNS: tuple[str, ...] = ("request_id", "arrival_s", "prompt_tokens", "output_tokens", "max_tokens")
+
+
+class CostModel(Protocol):
+    """What the engine asks of sim.cost.CostModel (fakes in tests implement the same four calls)."""
+
+    def step_time_s(
+        self, prefill_tokens: int, num_decode_seqs: int, decode_context_tokens: int, prefill_context_tokens: int = 0
+    ) -> float: ...
+
+    def decode_steps_time_s(self, num_decode_seqs: int, context_tokens_sum: int, k: int) -> float: ...
+
+    def decode_steps_weighted_sum(
+        self, num_decode_seqs: int, context_tokens_sum: int, k: int, value_0: float, value_slope: float
+    ) -> float: ...
+
+    def swap_time_s(self, tokens: int) -> float: ...
+
+
+@dataclass(frozen=True, slots=True)
+class EngineConfig:
+    """Engine knobs (vLLM names) plus how much to record. Built from a Scenario by sim.simulation."""
+
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 8192
+    max_model_len: int = 2048
+    enable_chunked_prefill: bool = False
+    preemption_mode: str = "recompute"
+    multi_step: bool = True  # exact multi-iteration jumps over decode-only stretches
+    max_step_rows: int = 200_000  # steps table bound before downsampling
+    export_layouts_every: int | None = None  # iterations between layout snapshots (None: off)
+    progress_every_turns: int = 2048
+
+    def __post_init__(self) -> None:
+        for name in ("max_num_seqs", "max_num_batched_tokens", "max_model_len", "max_step_rows"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"EngineConfig.{name} must be >= 1 (got {getattr(self, name)})")
+        if self.preemption_mode not in ("recompute", "swap"):
+            raise ValueError(f"EngineConfig.preemption_mode must be recompute|swap (got {self.preemption_mode!r})")
+
+
+@dataclass(slots=True)
+class LayoutSnapshot:
+    """One exported layout (docs/architecture.md `--export-layouts`)."""
+
+    step: int
+    time_s: float
+    layout: Layout
+    predicted_kv_read_s: float
+    predicted_step_s: float
+
+
+@dataclass(slots=True)
+class EngineResult:
+    """Raw engine output: the two tables, exact totals for the summary, optional layouts."""
+
+    requests: pd.DataFrame
+    steps: pd.DataFrame
+    totals: dict[str, Any]
+    layouts: list[LayoutSnapshot] = field(default_factory=list)
+
+
+class ArrivalSource:
+    """When requests reach the server: an open loop (table times) or a closed loop of users.
+
+    Closed loop (`df.attrs["closed_loop"] = {"users": U, "think_s": T}`): the first U requests
+    arrive at 0; whenever a request ends (finished or rejected) its user sends the next unsent
+    request of the table T seconds later. Pending arrivals sit in a heap so the server can peek
+    at the next one.
+    """
+
+    def __init__(self, requests: pd.DataFrame) -> None:
+        self.num_requests = len(requests)
+        spec = requests.attrs.get("closed_loop")
+        self.closed = spec is not None
+        self._heap: list[tuple[float, int]] = []
+        if self.closed:
+            users = int(spec["users"])
+            self.think_s = float(spec["think_s"])
+            if users < 1 or self.think_s < 0 or not math.isfinite(self.think_s):
+                raise ValueError(f"closed_loop needs users >= 1 and finite think_s >= 0 (got {spec})")
+            self._next_unsent = min(users, self.num_requests)
+            self._heap = [(0.0, req) for req in range(self._next_unsent)]
+        else:
+            self._times: list[float] = requests["arrival_s"].to_numpy(np.float64).tolist()
+            self._ptr = 0
+        self.on_push: Callable[[float], None] | None = None
+
+    def peek_s(self) -> float:
+        """Time of the next arrival not yet released (inf when none is pending)."""
+        if self.closed:
+            return self._heap[0][0] if self._heap else math.inf
+        return self._times[self._ptr] if self._ptr < self.num_requests else math.inf
+
+    def pop_due(self, now_s: float) -> list[tuple[float, int]]:
+        """Remove and return every (arrival_s, request) with arrival_s <= now_s, in order."""
+        due: list[tuple[float, int]] = []
+        if self.closed:
+            heap = self._heap
+            while heap and heap[0][0] <= now_s:
+                due.append(heapq.heappop(heap))
+            return due
+        times, ptr = self._times, self._ptr
+        while ptr < self.num_requests and times[ptr] <= now_s:
+            due.append((times[ptr], ptr))
+            ptr += 1
+        self._ptr = ptr
+        return due
+
+    def request_done(self, req: int, now_s: float) -> None:
+        """Closed loop: the user of `req` thinks, then sends the next unsent request."""
+        if not self.closed or self._next_unsent >= self.num_requests:
+            return
+        at_s = now_s + self.think_s
+        heapq.heappush(self._heap, (at_s, self._next_unsent))
+        self._next_unsent += 1
+        if self.on_push is not None:
+            self.on_push(at_s)
+
+    @property
+    def exhausted(self) -> bool:
+        if self.closed:
+            return not self._heap and self._next_unsent >= self.num_requests
+        return self._ptr >= self.num_requests
+
+
+def validate_requests(requests: pd.DataFrame) -> None:
+    """The engine's own minimal check (workloads.validate does the full one at the boundary)."""
+    missing = [c for c in REQUIRED_COLUMNS if c not in requests.columns]
+    if missing:
+        raise ValueError(f"request table is missing column(s) {', '.join(missing)}")
+    if len(requests) and not np.all(np.diff(requests["arrival_s"].to_numpy(np.float64)) >= 0):
+        raise ValueError("request table: arrival_s must be non-decreasing")
+    for name in ("prompt_tokens", "output_tokens", "max_tokens"):
+        values = requests[name].to_numpy(np.int64)
+        if len(values) and values.min() < 1:
+            row = int(np.argmin(values))
+            raise ValueError(f"request table row {row}: field {name!r} must be >= 1 (got {values[row]})")
+
+
+class Engine:
+    """One simulation run: build it, call `run()`, read the EngineResult."""
+
+    def __init__(
+        self,
+        requests: pd.DataFrame,
+        allocator: Allocator,
+        cost_model: CostModel,
+        config: EngineConfig,
+        *,
+        progress: Callable[[float, int, int], None] | None = None,
+        kv_read_time_s: Callable[[int, int], float] | None = None,
+    ) -> None:
+        validate_requests(requests)
+        self.requests = requests
+        self.alloc = allocator
+        self.cost = cost_model
+        self.config = config
+        self.progress = progress
+        self.kv_read_time_s = kv_read_time_s
+        self.env = simpy.Environment()
+        self.log = RequestLog(len(requests))
+        self.source = ArrivalSource(requests)
+        self.sched = Scheduler(
+            RequestInfo(requests, config.max_model_len),
+            allocator,
+            self.log,
+            max_num_seqs=config.max_num_seqs,
+            max_num_batched_tokens=config.max_num_batched_tokens,
+            max_model_len=config.max_model_len,
+            enable_chunked_prefill=config.enable_chunked_prefill,
+            preemption_mode=config.preemption_mode,
+            on_request_done=self.source.request_done,
+        )
+        self.recorder = StepRecorder(config.max_step_rows)
+        self.integrals = TimeIntegrals()
+        self.layouts: list[LayoutSnapshot] = []
+        self.turns = 0
+        self._idle: simpy.Event | None = None
+        self._arrival_sleep: tuple[simpy.Process, float] | None = None
+        self.source.on_push = self._on_push
+        self._arrivals_proc: simpy.Process | None = None
+
+    # -- SimPy processes -----------------------------------------------------------------------------------
+
+    def _release_due(self, now_s: float) -> None:
+        enqueue = self.sched.enqueue
+        for arrival_s, req in self.source.pop_due(now_s):
+            enqueue(req, arrival_s)
+
+    def _wake_server(self) -> None:
+        if self._idle is not None and not self._idle.triggered:
+            self._idle.succeed()
+
+    def _arrivals(self):  # noqa: ANN202 - a SimPy generator
+        """Arrival process: sleep until the next arrival, release it into the queue, wake an idle server."""
+        env, source = self.env, self.source
+        while not source.exhausted:
+            next_s = source.peek_s()
+            if next_s == math.inf:  # closed loop: nobody sends until a request ends
+                self._arrival_sleep = (self._arrivals_proc, math.inf)
+                try:
+                    yield env.event()
+                except simpy.Interrupt:
+                    pass
+                self._arrival_sleep = None
+                continue
+            if next_s > env.now:
+                self._arrival_sleep = (self._arrivals_proc, next_s)
+                try:
+                    yield env.timeout(next_s - env.now)
+                except simpy.Interrupt:  # an earlier closed-loop arrival was pushed
+                    self._arrival_sleep = None
+                    continue
+                self._arrival_sleep = None
+            self._release_due(env.now)
+            self._wake_server()
+
+    def _on_push(self, at_s: float) -> None:
+        sleeping = self._arrival_sleep
+        if sleeping is not None and at_s < sleeping[1] and sleeping[0] is not None and sleeping[0].is_alive:
+            self._arrival_sleep = None
+            sleeping[0].interrupt()
+
+    def _serve(self):  # noqa: ANN202, C901 - a SimPy generator; the hot loop is kept in one place
+        """The serving loop: one turn = one step, or one exact jump over decode-only iterations."""
+        env, sched, alloc, cost, config = self.env, self.sched, self.alloc, self.cost, self.config
+        integrals, recorder = self.integrals, self.recorder
+        multi_step = config.multi_step
+        export_every = config.export_layouts_every
+        next_export = 0
+        progress_every = config.progress_every_turns
+        while True:
+            now = env.now
+            self._release_due(now)
+            plan = sched.schedule(now)
+            if sched.num_seqs == 0:
+                if self.source.exhausted and sched.idle:
+                    return
+                self._idle = env.event()
+                yield self._idle
+                self._idle = None
+                continue
+
+            self.turns += 1
+            n_dec = sched.num_decode
+            ctx0 = sched.decode_context_tokens()
+            it0 = sched.it
+            iterations = 1
+            if multi_step and plan.decode_only:
+                iterations = self._jump_length(now, n_dec, ctx0)
+            demand = sched.next_demand_tokens()
+            first = alloc.breakdown(demand)
+            if iterations == 1:
+                duration = cost.step_time_s(plan.prefill_tokens, n_dec, ctx0, plan.prefill_context_tokens)
+                if plan.swap_tokens:
+                    duration += cost.swap_time_s(plan.swap_tokens)
+                integrals.add_constant(first, duration)
+            else:
+                duration = cost.decode_steps_time_s(n_dec, ctx0, iterations)
+                index_weighted = cost.decode_steps_weighted_sum(n_dec, ctx0, iterations, 0.0, 1.0)
+                sched.grow_uniform(iterations - 1)
+                last = alloc.breakdown(demand)
+                integrals.add_linear(first, last, iterations, duration, index_weighted)
+            num_seqs = sched.num_seqs
+            integrals.add_running(num_seqs, duration)
+            queue_length = sched.queue_length
+            if recorder.seen % recorder.stride == 0:
+                recorder.offer(
+                    now,
+                    duration,
+                    (
+                        it0,
+                        n_dec + len(plan.chunks),
+                        num_seqs,
+                        queue_length,
+                        plan.prefill_tokens,
+                        n_dec * iterations,
+                        first.capacity,
+                        first.token_states,
+                        first.reservation,
+                        first.internal,
+                        first.external,
+                        first.duplicated,
+                        first.free,
+                        first.cached,
+                        iterations,
+                        n_dec * iterations + plan.first_tokens,
+                    ),
+                )
+            else:
+                recorder.skip()
+            if export_every is not None and it0 >= next_export:
+                self._export_layout(it0, now, n_dec, ctx0, duration / iterations)
+                next_export = (it0 // export_every + 1) * export_every
+            if progress_every and self.progress is not None and self.turns % progress_every == 0:
+                self.progress(now, self.log.num_done, len(self.requests))
+            if duration > 0:
+                yield env.timeout(duration)
+            sched.complete(iterations, plan, env.now)
+
+    def _jump_length(self, now: float, n_dec: int, ctx0: int) -> int:
+        """How many decode-only iterations to take at once (>= 1), exactly as stepping would."""
+        sched = self.sched
+        limit = sched.iterations_to_next_finish()
+        if limit <= 1:
+            return 1
+        if not sched.waiting and not sched.swapped:
+            # Nobody waits: the next arrival would be admitted at the first iteration starting at/after it.
+            next_s = self.source.peek_s()
+            if next_s < math.inf:
+                limit = min(limit, self._iterations_before(next_s - now, n_dec, ctx0, limit))
+                if limit <= 1:
+                    return 1
+        # (With a blocked head of queue, arrivals cannot change anything until a release.)
+        grow = int(self.alloc.max_uniform_growth(sched.decode_ids(), limit - 1))
+        return max(1, min(limit, 1 + grow))
+
+    def _iterations_before(self, gap_s: float, n_dec: int, ctx0: int, cap: int) -> int:
+        """Number of iterations i in [0, cap) that start before `gap_s`: #{i : T(i) < gap_s}, T(0) = 0."""
+        if gap_s <= 0:
+            return 1
+        total = self.cost.decode_steps_time_s
+        first_s = self.cost.step_time_s(0, n_dec, ctx0)
+        # T is increasing; T(i) >= i * first_s, so the answer is at most gap/first_s + 1.
+        hi = cap - 1 if first_s <= 0 else min(cap - 1, int(gap_s / first_s) + 1)
+        if total(n_dec, ctx0, hi) < gap_s:
+            return hi + 1
+        lo = 0  # T(lo) < gap <= T(hi)
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if total(n_dec, ctx0, mid) < gap_s:
+                lo = mid
+            else:
+                hi = mid
+        return lo + 1
+
+    def _export_layout(self, step: int, now: float, n_dec: int, ctx0: int, step_s: float) -> None:
+        kv_read_s = math.nan
+        if self.kv_read_time_s is not None:
+            kv_read_s = float(self.kv_read_time_s(n_dec, ctx0))
+        self.layouts.append(LayoutSnapshot(step, now, self.alloc.layout(), kv_read_s, step_s))
+
+    # -- the run ---------------------------------------------------------------------------------------------
+
+    def run(self) -> EngineResult:
+        wall_start = time.perf_counter()
+        env = self.env
+        self._arrivals_proc = env.process(self._arrivals())
+        server = env.process(self._serve())
+        env.run(until=server)
+        wall_s = time.perf_counter() - wall_start
+        sched, log = self.sched, self.log
+        if log.num_done != len(self.requests):
+            raise AssertionError(f"engine stopped with {len(self.requests) - log.num_done} requests unfinished")
+        requests = log.to_frame(self.requests)
+        totals: dict[str, Any] = {
+            "duration_s": float(env.now),
+            "wall_s": wall_s,
+            "iterations": sched.it,
+            "turns": self.turns,
+            "generated_tokens": log.total_generated_tokens,
+            "prefill_tokens": log.total_prefill_tokens,
+            "queue_request_s": sched.queue_request_s,
+            "max_queue_length": sched.max_queue_length,
+            "step_rows_seen": self.recorder.seen,
+            "step_rows_stride": self.recorder.stride,
+        }
+        totals.update(self.integrals.as_dict())
+        if self.progress is not None:
+            self.progress(env.now, log.num_done, len(self.requests))
+        return EngineResult(requests, self.recorder.to_frame(), totals, self.layouts)
+
+
+def run_engine(
+    requests: pd.DataFrame,
+    allocator: Allocator,
+    cost_model: CostModel,
+    config: EngineConfig,
+    *,
+    progress: Callable[[float, int, int], None] | None = None,
+    kv_read_time_s: Callable[[int, int], float] | None = None,
+) -> EngineResult:
+    """Simulate serving `requests` with `allocator`, pricing steps with `cost_model`."""
+    return Engine(
+        requests, allocator, cost_model, config, progress=progress, kv_read_time_s=kv_read_time_s
+    ).run()

@@ -1,0 +1,241 @@
+"""Where sweep cells run: local worker processes, or a Dask distributed cluster.
+
+Why an abstraction: a sweep (and the capacity planner's independent bisections) is a bag of independent,
+seconds-long tasks. The caller only needs "run fn over these items, hand me outcomes as they finish,
+tell me how many are running", whether the workers are 2 local processes or 200 cluster cores. Both
+backends retry a task whose worker *process dies* (OOM kill, segfault): the local pool is rebuilt and
+the cells that were in flight are resubmitted; Dask's scheduler reschedules them itself (up to its
+`allowed-failures`). An ordinary exception is not retried: `fn` is expected to return its own failure.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import os
+from collections import Counter, deque
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from sim.errors import KvsimError
+
+DEFAULT_MAX_ATTEMPTS = 3  # a task whose worker dies is tried at most this many times
+
+
+class ExecutorError(KvsimError):
+    """A backend that cannot start: bad --jobs, unreachable scheduler, Dask not installed."""
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What became of one task: `value` is fn's return value when `ok`, else `error` is one line."""
+
+    key: str
+    ok: bool
+    value: Any
+    error: str
+    attempts: int
+
+
+class CellExecutor(Protocol):
+    """Runs `fn(arg)` for every (key, arg) and yields an Outcome per key as each finishes."""
+
+    slots: int
+
+    @property
+    def running(self) -> int: ...
+
+    def map_unordered(
+        self, fn: Callable[[Any], Any], items: Sequence[tuple[str, Any]]
+    ) -> Iterator[Outcome]: ...
+
+    def close(self) -> None: ...
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0]}" if text else type(exc).__name__
+
+
+def _died(key: str, attempts: int) -> Outcome:
+    return Outcome(key, False, None, f"worker process died ({attempts} attempts)", attempts)
+
+
+class LocalProcessExecutor:
+    """A ProcessPoolExecutor with at most `jobs` tasks in flight, rebuilt when a worker dies.
+
+    Workers are started with "spawn": the parent may hold threads (the progress bar, Dask) and a
+    forked child could inherit a held lock. Keeping in flight no more than `jobs` tasks means the
+    cells hit by a dead worker are exactly the ones that were running, and `running` is exact.
+    """
+
+    def __init__(
+        self,
+        jobs: int | None = None,
+        *,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        start_method: str = "spawn",
+    ) -> None:
+        if jobs is None:
+            jobs = os.cpu_count() or 1
+        _check_count("--jobs", jobs)
+        self.slots = jobs
+        self.max_attempts = max_attempts
+        self._context = multiprocessing.get_context(start_method)
+        self._pool: ProcessPoolExecutor | None = None
+        self._in_flight: dict[Future, str] = {}
+
+    @property
+    def running(self) -> int:
+        return len(self._in_flight)
+
+    def _new_pool(self) -> ProcessPoolExecutor:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+        self._pool = ProcessPoolExecutor(max_workers=self.slots, mp_context=self._context)
+        return self._pool
+
+    def map_unordered(self, fn: Callable[[Any], Any], items: Sequence[tuple[str, Any]]) -> Iterator[Outcome]:
+        args = dict(items)
+        pending: deque[str] = deque(key for key, _ in items)
+        attempts: Counter[str] = Counter()
+        pool = self._pool or self._new_pool()
+        while pending or self._in_flight:
+            while pending and len(self._in_flight) < self.slots:
+                key = pending.popleft()
+                attempts[key] += 1
+                self._in_flight[pool.submit(fn, args[key])] = key
+            done, _ = wait(list(self._in_flight), return_when=FIRST_COMPLETED)
+            broken = False
+            for future in done:
+                key = self._in_flight.pop(future)
+                try:
+                    value = future.result()
+                except BrokenProcessPool:
+                    broken = True
+                    if attempts[key] < self.max_attempts:
+                        pending.appendleft(key)
+                    else:
+                        yield _died(key, attempts[key])
+                    continue
+                except Exception as exc:  # noqa: BLE001 - e.g. an argument that does not pickle
+                    yield Outcome(key, False, None, _first_line(exc), attempts[key])
+                    continue
+                yield Outcome(key, True, value, "", attempts[key])
+            if broken:
+                # A dead worker breaks the whole pool: every task still in flight fails with it.
+                # They all count the attempt (the culprit is among them) and go back to the queue.
+                for future, key in list(self._in_flight.items()):
+                    if future.done() and not future.cancelled() and future.exception() is None:
+                        yield Outcome(key, True, future.result(), "", attempts[key])
+                    elif attempts[key] < self.max_attempts:
+                        pending.appendleft(key)
+                    else:
+                        yield _died(key, attempts[key])
+                self._in_flight.clear()
+                pool = self._new_pool()
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+
+
+class DaskExecutor:
+    """Cells on a Dask distributed cluster: an existing scheduler, or a LocalCluster we start.
+
+    A worker that dies has its tasks rescheduled by the scheduler; after `allowed-failures`
+    deaths the task fails with KilledWorker, which becomes a failed cell, never a crashed sweep.
+    """
+
+    def __init__(self, *, scheduler: str | None = None, local_workers: int | None = None) -> None:
+        if (scheduler is None) == (local_workers is None):
+            raise ExecutorError("give exactly one of --scheduler ADDR and --dask-local N")
+        try:
+            from distributed import Client, LocalCluster
+        except ImportError as exc:
+            raise ExecutorError("Dask is not installed: pip install 'kvsim[dask]'") from exc
+        self._cluster = None
+        if local_workers is not None:
+            _check_count("--dask-local", local_workers)
+            self._cluster = LocalCluster(
+                n_workers=local_workers,
+                threads_per_worker=1,
+                processes=True,
+                dashboard_address=None,
+                silence_logs=logging.ERROR,
+            )
+            self.client = Client(self._cluster)
+        else:
+            try:
+                self.client = Client(scheduler, timeout="10s")
+            except (OSError, TimeoutError, ValueError) as exc:
+                raise ExecutorError(f"--scheduler {scheduler}: cannot connect ({_first_line(exc)})") from exc
+        self.remote = local_workers is None
+        self._in_flight = 0
+
+    @property
+    def slots(self) -> int:
+        threads = self.client.nthreads()
+        return max(1, sum(threads.values()))
+
+    @property
+    def running(self) -> int:
+        return min(self._in_flight, self.slots)
+
+    def map_unordered(self, fn: Callable[[Any], Any], items: Sequence[tuple[str, Any]]) -> Iterator[Outcome]:
+        from distributed import as_completed
+
+        futures = {
+            self.client.submit(fn, arg, key=f"kvsim-{key}-{os.urandom(4).hex()}", pure=False): key
+            for key, arg in items
+        }
+        self._in_flight = len(futures)
+        try:
+            for future in as_completed(list(futures)):
+                key = futures[future]
+                self._in_flight -= 1
+                if future.status == "finished":
+                    yield Outcome(key, True, future.result(), "", 1)
+                else:
+                    exc = future.exception()
+                    yield Outcome(key, False, None, _first_line(exc), 1)
+                future.release()
+        finally:
+            for future in futures:
+                if not future.done():
+                    future.cancel()
+            self._in_flight = 0
+
+    def close(self) -> None:
+        self.client.close()
+        if self._cluster is not None:
+            self._cluster.close()
+
+
+def _check_count(flag: str, value: int | None) -> None:
+    if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+        raise ExecutorError(f"{flag} must be an integer >= 1 (got {value!r})")
+
+
+def check_backend_args(*, jobs: int | None, scheduler: str | None, dask_local: int | None) -> None:
+    """Refuse contradictory or out-of-range backend flags before any cell runs."""
+    _check_count("--jobs", jobs)
+    _check_count("--dask-local", dask_local)
+    if scheduler is not None and dask_local is not None:
+        raise ExecutorError("--scheduler and --dask-local are exclusive: give one of them")
+    if scheduler is not None and (not isinstance(scheduler, str) or "://" not in scheduler):
+        raise ExecutorError(f"--scheduler must be an address such as tcp://HOST:PORT (got {scheduler!r})")
+
+
+def make_executor(
+    *, jobs: int | None = None, scheduler: str | None = None, dask_local: int | None = None
+) -> LocalProcessExecutor | DaskExecutor:
+    """The backend the flags ask for: Dask when --scheduler or --dask-local is given, else processes."""
+    check_backend_args(jobs=jobs, scheduler=scheduler, dask_local=dask_local)
+    if scheduler is not None or dask_local is not None:
+        return DaskExecutor(scheduler=scheduler, local_workers=dask_local)
+    return LocalProcessExecutor(jobs)

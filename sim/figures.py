@@ -1,0 +1,350 @@
+"""The report's figures: pure functions from results tables to matplotlib Figures.
+
+Why a module of its own: the report, the notebooks and anyone's script draw the same pictures, so
+each figure is a function of plain data (labels, DataFrames, dicts) that returns a Figure; nothing
+here reads files or knows about HTML. One colour (and one hatch, for black-and-white print) per
+taxonomy part is defined once in PART_COLORS / PART_HATCHES and used by every figure.
+
+Figures are built as plain `matplotlib.figure.Figure` objects, not through pyplot: no backend is
+selected or changed (the report renders PNGs on a head-less machine, a notebook displays the same
+object inline), and nothing is left open in pyplot's figure manager. `figure_style()` fixes font
+sizes and a white background so they read the same on screen and on paper.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+import matplotlib
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+from matplotlib.ticker import NullFormatter
+
+from allocators.base import BREAKDOWN_PARTS
+from sim.diagnosis import step_hold_s
+
+if TYPE_CHECKING:
+    from sim.report import RunLike
+
+# One colour per taxonomy part, everywhere (Okabe-Ito palette: distinguishable for colour-blind readers).
+PART_COLORS: dict[str, str] = {
+    "token_states": "#009E73",  # green: memory doing its job
+    "reservation": "#56B4E9",  # sky blue: reserved, will be filled
+    "internal": "#E69F00",  # orange: reserved, never filled
+    "external": "#D55E00",  # vermillion: free but the wrong shape
+    "duplicated": "#CC79A7",  # purple: second copies of shared prefixes
+    "free": "#D9D9D9",  # light grey: usable free memory
+}
+# Hatches keep the parts apart when the page is printed in grey.
+PART_HATCHES: dict[str, str] = {
+    "token_states": "",
+    "reservation": "..",
+    "internal": "//",
+    "external": "xx",
+    "duplicated": "\\\\",
+    "free": "",
+}
+PART_LABELS: dict[str, str] = {
+    "token_states": "token states",
+    "reservation": "reservation",
+    "internal": "internal frag.",
+    "external": "external frag.",
+    "duplicated": "duplicated",
+    "free": "free",
+}
+# Allocators get their own cycle (never a taxonomy colour), in the order the runs are given.
+ALLOCATOR_COLORS: tuple[str, ...] = (
+    "#0072B2",
+    "#000000",
+    "#F0E442",
+    "#882255",
+    "#44AA99",
+    "#999933",
+    "#AA4499",
+)
+
+# Time series longer than this are averaged into this many time bins before plotting.
+MAX_TIME_POINTS = 600
+# CDFs are drawn through at most this many quantiles.
+MAX_CDF_POINTS = 1000
+# A latency axis turns logarithmic when its values span at least this factor.
+LOG_SCALE_SPAN = 30.0
+
+_STYLE: dict[str, object] = {
+    "font.size": 9,
+    "axes.titlesize": 10,
+    "axes.labelsize": 9,
+    "legend.fontsize": 8,
+    "xtick.labelsize": 8,
+    "ytick.labelsize": 8,
+    "figure.facecolor": "white",
+    "axes.facecolor": "white",
+    "savefig.facecolor": "white",
+    "axes.grid": True,
+    "grid.alpha": 0.3,
+    "hatch.linewidth": 0.6,
+}
+
+
+@contextmanager
+def figure_style() -> Iterator[None]:
+    """Apply the house style (print-readable sizes, white background) for the figures drawn inside."""
+    with matplotlib.rc_context(_STYLE):
+        yield
+
+
+def _subplots(
+    nrows: int = 1, ncols: int = 1, *, figsize: tuple[float, float], **kwargs: object
+) -> tuple[Figure, Any]:
+    """pyplot.subplots without pyplot: a standalone Figure and its axes."""
+    fig = Figure(figsize=figsize)
+    return fig, fig.subplots(nrows, ncols, **kwargs)
+
+
+def allocator_color(index: int) -> str:
+    """Colour of the index-th allocator in a figure (cycles after seven)."""
+    return ALLOCATOR_COLORS[index % len(ALLOCATOR_COLORS)]
+
+
+def figure_png_bytes(fig: Figure, dpi: int = 130) -> bytes:
+    """Render a figure to PNG bytes."""
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=dpi, bbox_inches="tight")
+    return buffer.getvalue()
+
+
+def resample_steps(
+    steps: pd.DataFrame, columns: Sequence[str], max_points: int = MAX_TIME_POINTS
+) -> pd.DataFrame:
+    """Time-weighted averages of `columns` in at most `max_points` equal time bins.
+
+    Why: a long run has ~10^5 recorded steps; plotting them all is slow and unreadable. Each row's
+    values hold until the next recorded row (`step_hold_s`), so the bin average weights by that time
+    (by count when every weight is zero). Short tables are returned unchanged (time_s and the columns).
+    """
+    table = steps[["time_s", "duration_s", *columns]]
+    if len(table) <= max_points:
+        return table[["time_s", *columns]].reset_index(drop=True)
+    time_s = table["time_s"].to_numpy(dtype=float)
+    start_s, end_s = float(time_s[0]), float(time_s[-1])
+    width_s = (end_s - start_s) / max_points or 1.0
+    bin_index = np.minimum(((time_s - start_s) / width_s).astype(np.int64), max_points - 1)
+    weights = step_hold_s(table)
+    if not np.any(weights > 0):
+        weights = np.ones_like(weights)
+    weight_per_bin = np.bincount(bin_index, weights=weights, minlength=max_points)
+    occupied = weight_per_bin > 0
+    out = {"time_s": start_s + (np.arange(max_points)[occupied] + 0.5) * width_s}
+    for column in columns:
+        values = table[column].to_numpy(dtype=float)
+        sums = np.bincount(bin_index, weights=values * weights, minlength=max_points)
+        out[column] = sums[occupied] / weight_per_bin[occupied]
+    return pd.DataFrame(out)
+
+
+def taxonomy_bars(labels: Sequence[str], part_pct: Mapping[str, Mapping[str, float]]) -> Figure:
+    """Figure 1: one stacked bar per allocator of the time-averaged taxonomy, in % of KV capacity."""
+    with figure_style():
+        fig, ax = _subplots(figsize=(max(4.5, 1.3 * len(labels) + 2.5), 4.0))
+        positions = np.arange(len(labels))
+        bottoms = np.zeros(len(labels))
+        for part in BREAKDOWN_PARTS:
+            heights = np.array([float(part_pct[label][part]) for label in labels])
+            ax.bar(
+                positions,
+                heights,
+                bottom=bottoms,
+                width=0.6,
+                color=PART_COLORS[part],
+                hatch=PART_HATCHES[part],
+                edgecolor="#333333",
+                linewidth=0.5,
+                label=PART_LABELS[part],
+            )
+            for x, bottom, height in zip(positions, bottoms, heights, strict=True):
+                if height >= 6.0:
+                    ax.text(
+                        x,
+                        bottom + height / 2,
+                        f"{height:.0f}%",
+                        ha="center",
+                        va="center",
+                        fontsize=7,
+                        bbox={
+                            "boxstyle": "round,pad=0.15",
+                            "facecolor": "white",
+                            "edgecolor": "none",
+                            "alpha": 0.85,
+                        },
+                    )
+            bottoms += heights
+        ax.set_xticks(
+            positions,
+            labels,
+            rotation=20 if len(labels) > 4 else 0,
+            ha="right" if len(labels) > 4 else "center",
+        )
+        ax.set_ylabel("KV cache capacity, time-averaged (%)")
+        ax.set_ylim(0, 100)
+        ax.set_title("Where the KV memory went")
+        ax.grid(axis="x", visible=False)
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), reverse=True)
+        fig.tight_layout()
+    return fig
+
+
+def taxonomy_over_time(runs: Mapping[str, RunLike]) -> Figure:
+    """Figure 2: the taxonomy over simulated time, one stacked-area panel per allocator."""
+    labels = list(runs)
+    with figure_style():
+        fig, axes = _subplots(
+            len(labels), 1, figsize=(7.5, 1.9 * len(labels) + 0.8), sharex=True, squeeze=False
+        )
+        for ax, label in zip(axes[:, 0], labels, strict=True):
+            steps = runs[label].steps
+            series = resample_steps(steps, [*BREAKDOWN_PARTS, "capacity"])
+            capacity = series["capacity"].to_numpy(dtype=float, copy=True)
+            capacity[capacity <= 0] = np.nan
+            layers = [100.0 * series[part].to_numpy(dtype=float) / capacity for part in BREAKDOWN_PARTS]
+            polys = ax.stackplot(
+                series["time_s"].to_numpy(dtype=float),
+                *layers,
+                colors=[PART_COLORS[p] for p in BREAKDOWN_PARTS],
+                labels=[PART_LABELS[p] for p in BREAKDOWN_PARTS],
+                edgecolor="none",
+            )
+            for poly, part in zip(polys, BREAKDOWN_PARTS, strict=True):
+                poly.set_hatch(PART_HATCHES[part])
+            ax.set_ylim(0, 100)
+            ax.set_ylabel("% of KV")
+            ax.set_title(label, loc="left")
+        axes[-1, 0].set_xlabel("simulated time (s)")
+        axes[0, 0].legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), reverse=True)
+        fig.suptitle("KV memory taxonomy over time")
+        fig.tight_layout()
+    return fig
+
+
+def concurrency_and_queue(runs: Mapping[str, RunLike]) -> Figure:
+    """Figure 3: admitted concurrency and queue length on one shared time axis across allocators."""
+    with figure_style():
+        fig, (ax_running, ax_queue) = _subplots(2, 1, figsize=(7.5, 5.0), sharex=True)
+        for index, (label, run) in enumerate(runs.items()):
+            series = resample_steps(run.steps, ["num_running", "queue_length"])
+            time_s = series["time_s"].to_numpy(dtype=float)
+            color = allocator_color(index)
+            ax_running.step(
+                time_s, series["num_running"], where="post", color=color, label=label, linewidth=1.2
+            )
+            ax_queue.step(
+                time_s, series["queue_length"], where="post", color=color, label=label, linewidth=1.2
+            )
+        ax_running.set_ylabel("admitted sequences")
+        ax_running.set_title("Admitted concurrency")
+        ax_queue.set_ylabel("waiting requests")
+        ax_queue.set_title("Queue length")
+        ax_queue.set_xlabel("simulated time (s)")
+        ax_running.set_ylim(bottom=0)
+        ax_queue.set_ylim(bottom=0)
+        ax_running.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0))
+        fig.tight_layout()
+    return fig
+
+
+LATENCY_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("ttft_ms", "TTFT (ms)"),
+    ("tpot_ms", "TPOT (ms)"),
+    ("normalized_latency_s_per_token", "normalized latency (s/token)"),
+)
+
+
+def _cdf_points(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted values and their cumulative fractions, thinned to MAX_CDF_POINTS quantiles."""
+    ordered = np.sort(values)
+    fractions = np.arange(1, len(ordered) + 1) / len(ordered)
+    if len(ordered) > MAX_CDF_POINTS:
+        keep = np.unique(np.linspace(0, len(ordered) - 1, MAX_CDF_POINTS).astype(np.int64))
+        ordered, fractions = ordered[keep], fractions[keep]
+    return ordered, fractions
+
+
+def latency_cdfs(runs: Mapping[str, RunLike]) -> Figure:
+    """Figure 4: CDFs of TTFT, TPOT and normalized latency over completed requests, per allocator."""
+    with figure_style():
+        fig, axes = _subplots(1, len(LATENCY_COLUMNS), figsize=(10.0, 3.4))
+        for ax, (column, axis_label) in zip(axes, LATENCY_COLUMNS, strict=True):
+            smallest, largest = math.inf, 0.0
+            for index, (label, run) in enumerate(runs.items()):
+                values = pd.to_numeric(run.requests[column], errors="coerce").to_numpy(dtype=float)
+                values = values[np.isfinite(values)]
+                if len(values) == 0:
+                    continue
+                xs, ys = _cdf_points(values)
+                smallest, largest = min(smallest, float(xs[0])), max(largest, float(xs[-1]))
+                ax.step(xs, ys, where="post", color=allocator_color(index), label=label, linewidth=1.2)
+            ax.set_xlabel(axis_label)
+            ax.set_ylim(0, 1.0)
+            if 0 < smallest and largest >= LOG_SCALE_SPAN * smallest:
+                ax.set_xscale("log")
+                ax.xaxis.set_minor_formatter(NullFormatter())
+        axes[0].set_ylabel("fraction of completed requests")
+        axes[-1].legend(loc="lower right")
+        fig.suptitle("Latency CDFs")
+        fig.tight_layout()
+    return fig
+
+
+def rate_sweep(points: Mapping[str, Sequence[tuple[float, float]]]) -> Figure:
+    """Figure 5a: mean normalized latency against request rate, one line per allocator.
+
+    `points[label]` holds (request_rate, normalized_latency_s_per_token) pairs.
+    """
+    with figure_style():
+        fig, ax = _subplots(figsize=(6.0, 3.8))
+        for index, (label, pairs) in enumerate(points.items()):
+            ordered = sorted(pairs)
+            ax.plot(
+                [p[0] for p in ordered],
+                [p[1] for p in ordered],
+                marker="o",
+                color=allocator_color(index),
+                label=label,
+            )
+        ax.set_xlabel("request rate (req/s)")
+        ax.set_ylabel("mean normalized latency (s/token)")
+        ax.set_title("Normalized latency vs request rate")
+        ax.set_ylim(bottom=0)
+        ax.legend()
+        fig.tight_layout()
+    return fig
+
+
+def block_size_sweep(points: Mapping[str, Sequence[tuple[float, float, float]]]) -> Figure:
+    """Figure 5b: waste % and throughput against block size, one line per allocator.
+
+    `points[label]` holds (block_size_tokens, waste_pct, output_throughput_tok_per_s) triples.
+    """
+    with figure_style():
+        fig, (ax_waste, ax_throughput) = _subplots(1, 2, figsize=(9.0, 3.6))
+        for index, (label, triples) in enumerate(points.items()):
+            ordered = sorted(triples)
+            sizes = [t[0] for t in ordered]
+            color = allocator_color(index)
+            ax_waste.plot(sizes, [t[1] for t in ordered], marker="o", color=color, label=label)
+            ax_throughput.plot(sizes, [t[2] for t in ordered], marker="o", color=color, label=label)
+        for ax in (ax_waste, ax_throughput):
+            ax.set_xscale("log", base=2)
+            ax.set_xlabel("block size (tokens)")
+            ax.set_ylim(bottom=0)
+        ax_waste.set_ylabel("waste (% of allocated KV)")
+        ax_waste.set_title("Waste vs block size")
+        ax_throughput.set_ylabel("output throughput (tokens/s)")
+        ax_throughput.set_title("Throughput vs block size")
+        ax_throughput.legend()
+        fig.tight_layout()
+    return fig

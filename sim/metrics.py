@@ -1,0 +1,372 @@
+"""Streaming metrics of one simulation: per-request log, bounded step table, exact time integrals.
+
+Why streaming: a 100k-request run has ~1M serving iterations; keeping one row per iteration would
+make memory grow with the trace. Per-request facts live in plain Python lists (cheap scalar writes),
+steps are kept in a fixed-size table that halves itself when full, and every time-weighted average
+is an exact running integral that does not depend on which rows were kept. Definitions of every
+number live in docs/metrics.md.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from allocators.base import BREAKDOWN_PARTS, MemoryBreakdown
+
+# Parts integrated over time: the six taxonomy parts plus the informational `cached` (subset of free).
+INTEGRATED_PARTS: tuple[str, ...] = (*BREAKDOWN_PARTS, "cached")
+
+REQUEST_COLUMNS: tuple[str, ...] = (
+    "request_id",
+    "arrival_s",
+    "admitted_s",
+    "first_token_s",
+    "finish_s",
+    "prompt_tokens",
+    "output_tokens",
+    "generated_tokens",
+    "max_tokens",
+    "preemptions",
+    "prefix_hit_tokens",
+    "rejected",
+    "rejection_reason",
+    "ttft_ms",
+    "tpot_ms",
+    "itl_ms",
+    "e2el_ms",
+    "normalized_latency_s_per_token",
+    # Extensions of the contract (docs/metrics.md): how the request ended and what recompute cost.
+    "n",
+    "finish_reason",
+    "recomputed_tokens",
+)
+
+STEP_COLUMNS: tuple[str, ...] = (
+    "step",
+    "time_s",
+    "duration_s",
+    "batch_size",
+    "num_running",
+    "queue_length",
+    "prefill_tokens",
+    "decode_tokens",
+    "capacity",
+    "token_states",
+    "reservation",
+    "internal",
+    "external",
+    "duplicated",
+    "free",
+    "cached",
+    "iterations",
+    # Extension: tokens sampled in the row's iterations (decode tokens + first tokens of prefills).
+    "generated_tokens",
+)
+
+FINISH_STOP = "stop"  # reached its true output length
+FINISH_LENGTH = "length"  # reached max_tokens (or max_model_len), vLLM's name
+FINISH_KV_EXHAUSTED = "kv_exhausted"  # alone in the cache and could not grow: truncated (livelock guard)
+FINISH_REJECTED = "rejected"
+
+
+class RequestLog:
+    """What happened to each request, indexed by its position in the request table.
+
+    Samples of a parallel-sampling request (n > 1) share one row: the request finishes when its last
+    sample does; `generated_tokens` sums the samples' tokens.
+    """
+
+    def __init__(self, num_requests: int) -> None:
+        nan = math.nan
+        self.arrival_s: list[float] = [nan] * num_requests
+        self.admitted_s: list[float] = [nan] * num_requests
+        self.first_token_s: list[float] = [nan] * num_requests
+        self.finish_s: list[float] = [nan] * num_requests
+        self.generated_tokens: list[int] = [0] * num_requests
+        self.preemptions: list[int] = [0] * num_requests
+        self.prefix_hit_tokens: list[int] = [0] * num_requests
+        self.recomputed_tokens: list[int] = [0] * num_requests
+        self.rejection_reason: list[str] = [""] * num_requests
+        self.finish_reason: list[str] = [""] * num_requests
+        self.samples_left: list[int] = [0] * num_requests
+        # Exact token-weighted ITL: sum over samples of (last token time - first token time), and of gaps.
+        self.itl_span_s: list[float] = [0.0] * num_requests
+        self.itl_gaps: list[int] = [0] * num_requests
+        self.num_done = 0
+        self.total_generated_tokens = 0
+        self.total_prefill_tokens = 0
+
+    def reject(self, req: int, now_s: float, reason: str) -> None:
+        self.rejection_reason[req] = reason
+        self.finish_reason[req] = FINISH_REJECTED
+        self.num_done += 1
+
+    def finish_sample(self, req: int, now_s: float, emitted: int, reason: str) -> bool:
+        """One sample is done with `emitted` tokens; True when it was the request's last sample."""
+        self.generated_tokens[req] += emitted
+        if emitted > 1:
+            self.itl_span_s[req] += now_s - self.first_token_s[req]
+            self.itl_gaps[req] += emitted - 1
+        # The most telling reason wins: a truncated sample marks the whole request.
+        if self.finish_reason[req] != FINISH_KV_EXHAUSTED:
+            self.finish_reason[req] = reason
+        self.samples_left[req] -= 1
+        if self.samples_left[req] == 0:
+            self.finish_s[req] = now_s
+            self.num_done += 1
+            return True
+        return False
+
+    def to_frame(self, requests: pd.DataFrame) -> pd.DataFrame:
+        """The requests table of docs/architecture.md (+ extensions), latencies derived here."""
+        arrival = np.asarray(self.arrival_s, dtype=np.float64)
+        first = np.asarray(self.first_token_s, dtype=np.float64)
+        finish = np.asarray(self.finish_s, dtype=np.float64)
+        generated = np.asarray(self.generated_tokens, dtype=np.int64)
+        n = requests["n"].to_numpy(np.int64) if "n" in requests else np.ones(len(requests), np.int64)
+        per_sample = generated / np.maximum(n, 1)
+        rejected = np.asarray([r == FINISH_REJECTED for r in self.finish_reason], dtype=bool)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            e2el_s = finish - arrival
+            ttft_s = first - arrival
+            tpot_s = np.where(per_sample > 1, (finish - first) / (per_sample - 1), np.nan)
+            gaps = np.asarray(self.itl_gaps, dtype=np.float64)
+            itl_s = np.where(gaps > 0, np.asarray(self.itl_span_s) / gaps, np.nan)
+            normalized = np.where(generated > 0, e2el_s / per_sample, np.nan)
+        return pd.DataFrame(
+            {
+                "request_id": requests["request_id"].to_numpy(np.int64),
+                "arrival_s": arrival,
+                "admitted_s": np.asarray(self.admitted_s, dtype=np.float64),
+                "first_token_s": first,
+                "finish_s": finish,
+                "prompt_tokens": requests["prompt_tokens"].to_numpy(np.int64),
+                "output_tokens": requests["output_tokens"].to_numpy(np.int64),
+                "generated_tokens": generated,
+                "max_tokens": requests["max_tokens"].to_numpy(np.int64),
+                "preemptions": np.asarray(self.preemptions, dtype=np.int64),
+                "prefix_hit_tokens": np.asarray(self.prefix_hit_tokens, dtype=np.int64),
+                "rejected": rejected,
+                "rejection_reason": pd.array(self.rejection_reason, dtype=object),
+                "ttft_ms": ttft_s * 1e3,
+                "tpot_ms": tpot_s * 1e3,
+                "itl_ms": itl_s * 1e3,
+                "e2el_ms": e2el_s * 1e3,
+                "normalized_latency_s_per_token": normalized,
+                "n": n,
+                "finish_reason": pd.array(self.finish_reason, dtype=object),
+                "recomputed_tokens": np.asarray(self.recomputed_tokens, dtype=np.int64),
+            }
+        )
+
+
+class StepRecorder:
+    """Bounded per-step table: every row until `max_rows`, then every 2nd kept and the stride doubled.
+
+    Why this rule: the table stays a uniform sample in step order (rows k*stride), costs O(max_rows)
+    memory whatever the run length, and a short run keeps every step. Rows are kept in preallocated
+    NumPy columns so recording is a handful of scalar stores.
+    """
+
+    _INT_COLUMNS = tuple(c for c in STEP_COLUMNS if c not in ("time_s", "duration_s"))
+
+    def __init__(self, max_rows: int = 200_000) -> None:
+        if max_rows < 2:
+            raise ValueError(f"max_rows must be >= 2 (got {max_rows})")
+        self.max_rows = max_rows
+        self.stride = 1
+        self.seen = 0  # rows offered so far
+        self.size = 0
+        self._time_s = np.empty(max_rows, np.float64)
+        self._duration_s = np.empty(max_rows, np.float64)
+        self._ints = np.empty((max_rows, len(self._INT_COLUMNS)), np.int64)
+
+    def wants(self) -> bool:
+        """Whether the next offered row is kept (call `offer` either way)."""
+        return self.seen % self.stride == 0
+
+    def skip(self) -> None:
+        """Count a row that `wants()` declined, without building it."""
+        self.seen += 1
+
+    def offer(self, time_s: float, duration_s: float, ints: tuple[int, ...] | None) -> None:
+        """Offer one row; `ints` in _INT_COLUMNS order (may be None when `wants()` was False)."""
+        keep = self.seen % self.stride == 0
+        self.seen += 1
+        if not keep:
+            return
+        if self.size == self.max_rows:
+            half = self.max_rows // 2 + self.max_rows % 2
+            self._time_s[:half] = self._time_s[0 : self.max_rows : 2]
+            self._duration_s[:half] = self._duration_s[0 : self.max_rows : 2]
+            self._ints[:half] = self._ints[0 : self.max_rows : 2]
+            self.size = half
+            self.stride *= 2
+            if (self.seen - 1) % self.stride != 0:
+                return
+        i = self.size
+        self._time_s[i] = time_s
+        self._duration_s[i] = duration_s
+        self._ints[i] = ints
+        self.size = i + 1
+
+    def to_frame(self) -> pd.DataFrame:
+        n = self.size
+        data: dict[str, Any] = {}
+        ints = {name: self._ints[:n, j].copy() for j, name in enumerate(self._INT_COLUMNS)}
+        for name in STEP_COLUMNS:
+            if name == "time_s":
+                data[name] = self._time_s[:n].copy()
+            elif name == "duration_s":
+                data[name] = self._duration_s[:n].copy()
+            else:
+                data[name] = ints[name]
+        return pd.DataFrame(data)
+
+
+class TimeIntegrals:
+    """Exact running integrals over simulated time: sum of value x duration over every iteration.
+
+    Taxonomy parts come from `MemoryBreakdown`s; within a multi-iteration jump the engine gives the
+    first and last iteration's parts and durations, and `add_linear` integrates the product of the
+    two straight lines in closed form (exact when parts and step times are linear in the iteration
+    index, which holds for slab allocators and linear step costs; see docs/metrics.md).
+    """
+
+    def __init__(self) -> None:
+        self.parts_token_s = [0.0] * len(INTEGRATED_PARTS)
+        self.token_states_only_token_s = 0.0
+        self.allocated_token_s = 0.0
+        self.running_seq_s = 0.0
+        self.busy_s = 0.0
+        self.max_running = 0
+
+    def add_constant(self, parts: MemoryBreakdown, duration_s: float) -> None:
+        acc = self.parts_token_s
+        acc[0] += parts.token_states * duration_s
+        acc[1] += parts.reservation * duration_s
+        acc[2] += parts.internal * duration_s
+        acc[3] += parts.external * duration_s
+        acc[4] += parts.duplicated * duration_s
+        acc[5] += parts.free * duration_s
+        acc[6] += parts.cached * duration_s
+
+    def add_linear(
+        self, first: MemoryBreakdown, last: MemoryBreakdown, iterations: int, total_s: float, index_weighted_s: float
+    ) -> None:
+        """Integrate m iterations whose parts move on a straight line from `first` (i=0) to `last` (i=m-1).
+
+        With step durations d_i, total_s = sum d_i and index_weighted_s = sum i d_i (both exact from the
+        cost model), sum_i d_i (p0 + q i) = p0 total_s + q index_weighted_s, q = (p_last - p0) / (m-1).
+        """
+        m = iterations
+        if m == 1:
+            self.add_constant(first, total_s)
+            return
+        acc = self.parts_token_s
+        scale = index_weighted_s / (m - 1)
+        for j, name in enumerate(INTEGRATED_PARTS):
+            a = getattr(first, name)
+            acc[j] += a * total_s + (getattr(last, name) - a) * scale
+
+    def add_running(self, num_running: int, duration_s: float) -> None:
+        self.running_seq_s += num_running * duration_s
+        self.busy_s += duration_s
+        if num_running > self.max_running:
+            self.max_running = num_running
+
+    def as_dict(self) -> dict[str, float]:
+        out = {f"{name}_token_s": value for name, value in zip(INTEGRATED_PARTS, self.parts_token_s, strict=True)}
+        out["running_seq_s"] = self.running_seq_s
+        out["busy_s"] = self.busy_s
+        out["max_running"] = float(self.max_running)
+        return out
+
+
+def _pcts(values: np.ndarray, stem: str) -> dict[str, float]:
+    """mean/median/p90/p99 under vllm-bench names (`mean_ttft_ms`, `p99_ttft_ms`, ...); NaN when empty."""
+    values = values[np.isfinite(values)]
+    if len(values) == 0:
+        return {f"{k}_{stem}": math.nan for k in ("mean", "median", "p90", "p99")}
+    p50, p90, p99 = np.percentile(values, [50, 90, 99])
+    return {
+        f"mean_{stem}": float(values.mean()),
+        f"median_{stem}": float(p50),
+        f"p90_{stem}": float(p90),
+        f"p99_{stem}": float(p99),
+    }
+
+
+def queue_growth(steps: pd.DataFrame, duration_s: float) -> float:
+    """Least-squares slope of queue length vs time over the run's second half (requests/s)."""
+    if len(steps) == 0 or duration_s <= 0:
+        return 0.0
+    half = steps[steps["time_s"] >= duration_s / 2.0]
+    if len(half) < 2 or float(half["time_s"].std()) == 0.0:
+        return 0.0
+    t = half["time_s"].to_numpy(np.float64)
+    q = half["queue_length"].to_numpy(np.float64)
+    return float(np.polyfit(t, q, 1)[0])
+
+
+def summarize(
+    requests: pd.DataFrame,
+    steps: pd.DataFrame,
+    totals: dict[str, Any],
+    *,
+    capacity_tokens: int,
+    kv_bytes_per_token: int | None,
+    wall_s: float,
+) -> dict[str, Any]:
+    """The summary metrics of docs/metrics.md from the two tables and the engine's exact totals."""
+    duration_s = float(totals["duration_s"])
+    done = ~requests["rejected"].to_numpy(bool)
+    finished = requests[done]
+    generated = int(finished["generated_tokens"].sum())
+    prompt = int(finished["prompt_tokens"].sum())
+    per_s = (lambda x: x / duration_s) if duration_s > 0 else (lambda x: 0.0)
+    metrics: dict[str, Any] = {
+        "num_requests": int(len(requests)),
+        "completed": int(done.sum()),
+        "rejected": int((~done).sum()),
+        "truncated": int((requests["finish_reason"] == FINISH_KV_EXHAUSTED).sum()),
+        "preemptions": int(requests["preemptions"].sum()),
+        "duration_s": duration_s,
+        "wall_s": float(wall_s),
+        "request_throughput": per_s(int(done.sum())),
+        "output_throughput": per_s(generated),
+        "total_token_throughput": per_s(generated + prompt),
+        "total_generated_tokens": int(totals["generated_tokens"]),
+        "total_prefill_tokens": int(totals["prefill_tokens"]),
+        "total_recomputed_tokens": int(requests["recomputed_tokens"].sum()),
+        "iterations": int(totals["iterations"]),
+        "engine_turns": int(totals["turns"]),
+    }
+    for stem in ("ttft_ms", "tpot_ms", "itl_ms", "e2el_ms"):
+        metrics.update(_pcts(finished[stem].to_numpy(np.float64), stem))
+    gaps = finished["generated_tokens"].to_numpy(np.float64) - finished["n"].to_numpy(np.float64)
+    itl = finished["itl_ms"].to_numpy(np.float64)
+    ok = np.isfinite(itl) & (gaps > 0)
+    # vllm bench's mean ITL is over all gaps, i.e. token-weighted across requests.
+    metrics["mean_itl_ms"] = float((itl[ok] * gaps[ok]).sum() / gaps[ok].sum()) if ok.any() else math.nan
+    metrics.update(_pcts(finished["normalized_latency_s_per_token"].to_numpy(np.float64), "normalized_latency_s_per_token"))
+    span_token_s = duration_s * capacity_tokens
+    for name in INTEGRATED_PARTS:
+        value = float(totals.get(f"{name}_token_s", 0.0))
+        metrics[f"kv_{name}_pct"] = 100.0 * value / span_token_s if span_token_s > 0 else 0.0
+    allocated = span_token_s - float(totals.get("free_token_s", 0.0))
+    token_states = float(totals.get("token_states_token_s", 0.0))
+    metrics["waste_pct"] = 100.0 * (1.0 - token_states / allocated) if allocated > 0 else 0.0
+    metrics["mean_concurrency"] = float(totals["running_seq_s"]) / duration_s if duration_s > 0 else 0.0
+    metrics["max_concurrency"] = int(totals["max_running"])
+    metrics["mean_queue_length"] = float(totals["queue_request_s"]) / duration_s if duration_s > 0 else 0.0
+    metrics["max_queue_length"] = int(totals["max_queue_length"])
+    metrics["kv_capacity_tokens"] = int(capacity_tokens)
+    metrics["kv_bytes_per_token"] = None if kv_bytes_per_token is None else int(kv_bytes_per_token)
+    metrics["queue_growth"] = queue_growth(steps, duration_s)
+    metrics["busy_pct"] = 100.0 * float(totals["busy_s"]) / duration_s if duration_s > 0 else 0.0
+    return metrics

@@ -1,0 +1,221 @@
+"""Model and GPU presets: the published numbers a capacity planner would otherwise look up by hand.
+
+Why here and not in the scenario: the same numbers feed the KV budget (sim/config.py), the cost model
+(sim/cost.py), `kvsim presets` and the capacity planner. Sources are cited in docs/cost_model.md
+("Presets"). Parameter counts are computed from each model's published config (they match the
+model cards: OPT-13B 12.85 B, LLaMA-2-7B 6.74 B, Llama-3-8B 8.03 B, ...).
+"""
+
+from __future__ import annotations
+
+import re
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from sim.units import parse_bytes
+
+
+class ModelSpec(BaseModel):
+    """A decoder-only transformer, described by what KV memory and step time depend on."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = "custom"
+    num_layers: int = Field(ge=1)
+    num_attention_heads: int = Field(ge=1)
+    num_kv_heads: int = Field(ge=1)
+    head_dim: int = Field(ge=1)
+    hidden_size: int = Field(ge=1)
+    dtype_bytes: int = Field(default=2, ge=1, le=8)
+    num_params: int = Field(ge=1)
+    max_context_tokens: int = Field(ge=1)
+
+    @field_validator("num_kv_heads")
+    @classmethod
+    def _kv_heads_divide_heads(cls, num_kv_heads: int, info) -> int:  # type: ignore[no-untyped-def]
+        heads = info.data.get("num_attention_heads")
+        if heads is not None and heads % num_kv_heads != 0:
+            raise ValueError(f"must divide num_attention_heads={heads} (got {num_kv_heads})")
+        return num_kv_heads
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        """K and V of every layer for one token: 2 x layers x kv_heads x head_dim x dtype bytes."""
+        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * self.dtype_bytes
+
+    @property
+    def weight_bytes(self) -> int:
+        return self.num_params * self.dtype_bytes
+
+
+class GpuSpec(BaseModel):
+    """One accelerator: memory, HBM bandwidth, dense BF16/FP16 FLOP/s, host link for swapping."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = "custom"
+    memory_bytes: int = Field(ge=1)
+    hbm_bandwidth_bytes_per_s: float = Field(gt=0)
+    peak_flops: float = Field(gt=0)
+    pcie_bandwidth_bytes_per_s: float = Field(gt=0)
+
+    @field_validator("memory_bytes", mode="before")
+    @classmethod
+    def _parse_memory(cls, value: object) -> object:
+        if isinstance(value, str | float):
+            return parse_bytes(value, field="gpu.memory_bytes")
+        return value
+
+
+MiB = 1024**2
+
+MODEL_PRESETS: dict[str, ModelSpec] = {
+    spec.name: spec
+    for spec in (
+        # facebook/opt-*: MHA, learned positions up to 2048.
+        ModelSpec(
+            name="OPT-13B", num_layers=40, num_attention_heads=40, num_kv_heads=40, head_dim=128,
+            hidden_size=5120, num_params=12_853_473_280, max_context_tokens=2048,
+        ),
+        ModelSpec(
+            name="OPT-66B", num_layers=64, num_attention_heads=72, num_kv_heads=72, head_dim=128,
+            hidden_size=9216, num_params=65_719_701_504, max_context_tokens=2048,
+        ),
+        ModelSpec(
+            name="OPT-175B", num_layers=96, num_attention_heads=96, num_kv_heads=96, head_dim=128,
+            hidden_size=12288, num_params=174_604_468_224, max_context_tokens=2048,
+        ),
+        # meta-llama/Llama-2-*-hf: MHA, 4k context.
+        ModelSpec(
+            name="LLaMA-2-7B", num_layers=32, num_attention_heads=32, num_kv_heads=32, head_dim=128,
+            hidden_size=4096, num_params=6_738_415_616, max_context_tokens=4096,
+        ),
+        ModelSpec(
+            name="LLaMA-2-13B", num_layers=40, num_attention_heads=40, num_kv_heads=40, head_dim=128,
+            hidden_size=5120, num_params=13_015_864_320, max_context_tokens=4096,
+        ),
+        # meta-llama/Meta-Llama-3-*: GQA with 8 KV heads, 8k context.
+        ModelSpec(
+            name="Llama-3-8B", num_layers=32, num_attention_heads=32, num_kv_heads=8, head_dim=128,
+            hidden_size=4096, num_params=8_030_261_248, max_context_tokens=8192,
+        ),
+        ModelSpec(
+            name="Llama-3-70B", num_layers=80, num_attention_heads=64, num_kv_heads=8, head_dim=128,
+            hidden_size=8192, num_params=70_553_706_496, max_context_tokens=8192,
+        ),
+        # mistralai/Mistral-7B-v0.1: GQA-8, max_position_embeddings 32768.
+        ModelSpec(
+            name="Mistral-7B", num_layers=32, num_attention_heads=32, num_kv_heads=8, head_dim=128,
+            hidden_size=4096, num_params=7_241_732_096, max_context_tokens=32768,
+        ),
+        # Qwen/Qwen2.5-*: GQA (4 and 8 KV heads), 128k context per the model cards.
+        ModelSpec(
+            name="Qwen2.5-7B", num_layers=28, num_attention_heads=28, num_kv_heads=4, head_dim=128,
+            hidden_size=3584, num_params=7_615_616_512, max_context_tokens=131072,
+        ),
+        ModelSpec(
+            name="Qwen2.5-72B", num_layers=80, num_attention_heads=64, num_kv_heads=8, head_dim=128,
+            hidden_size=8192, num_params=72_706_203_648, max_context_tokens=131072,
+        ),
+    )
+}  # fmt: skip
+
+GPU_PRESETS: dict[str, GpuSpec] = {
+    spec.name: spec
+    for spec in (
+        # Memory as nvidia-smi reports it (MiB); bandwidth and dense (no sparsity) BF16 FLOP/s from
+        # NVIDIA's datasheets; PCIe one direction (Gen4 x16: 32 GB/s, Gen5 x16: 64 GB/s).
+        GpuSpec(
+            name="A100-40GB", memory_bytes=40960 * MiB, hbm_bandwidth_bytes_per_s=1.555e12,
+            peak_flops=312e12, pcie_bandwidth_bytes_per_s=32e9,
+        ),
+        GpuSpec(
+            name="A100-80GB", memory_bytes=81920 * MiB, hbm_bandwidth_bytes_per_s=2.039e12,
+            peak_flops=312e12, pcie_bandwidth_bytes_per_s=32e9,
+        ),
+        GpuSpec(
+            name="H100-80GB", memory_bytes=81559 * MiB, hbm_bandwidth_bytes_per_s=3.35e12,
+            peak_flops=989.4e12, pcie_bandwidth_bytes_per_s=64e9,
+        ),
+        GpuSpec(
+            name="H200-141GB", memory_bytes=143771 * MiB, hbm_bandwidth_bytes_per_s=4.8e12,
+            peak_flops=989.4e12, pcie_bandwidth_bytes_per_s=64e9,
+        ),
+        GpuSpec(
+            name="L4", memory_bytes=23034 * MiB, hbm_bandwidth_bytes_per_s=300e9,
+            peak_flops=121e12, pcie_bandwidth_bytes_per_s=32e9,
+        ),
+    )
+}  # fmt: skip
+
+# Other spellings users type: Hugging Face ids and short GPU names.
+_ALIASES: dict[str, str] = {
+    "facebook/opt-13b": "OPT-13B",
+    "facebook/opt-66b": "OPT-66B",
+    "facebook/opt-175b": "OPT-175B",
+    "meta-llama/llama-2-7b-hf": "LLaMA-2-7B",
+    "meta-llama/llama-2-13b-hf": "LLaMA-2-13B",
+    "llama-2-7b": "LLaMA-2-7B",
+    "llama-2-13b": "LLaMA-2-13B",
+    "meta-llama/meta-llama-3-8b": "Llama-3-8B",
+    "meta-llama/meta-llama-3-70b": "Llama-3-70B",
+    "mistralai/mistral-7b-v0.1": "Mistral-7B",
+    "qwen/qwen2.5-7b": "Qwen2.5-7B",
+    "qwen/qwen2.5-72b": "Qwen2.5-72B",
+    "a100": "A100-40GB",
+    "a100-40g": "A100-40GB",
+    "a100-80g": "A100-80GB",
+    "h100": "H100-80GB",
+    "h100-sxm": "H100-80GB",
+    "h200": "H200-141GB",
+    "h200-141g": "H200-141GB",
+}
+
+
+def _key(name: str) -> str:
+    return re.sub(r"\s+", "", name.strip().lower())
+
+
+def _lookup(name: str, presets: dict[str, BaseModel], kind: str) -> str:
+    key = _key(name)
+    by_key = {_key(canonical): canonical for canonical in presets}
+    if key in by_key:
+        return by_key[key]
+    if key in _ALIASES and _ALIASES[key] in presets:
+        return _ALIASES[key]
+    raise ValueError(f"unknown {kind} preset {name!r} (known: {', '.join(presets)})")
+
+
+def canonical_model_name(name: str) -> str:
+    """The preset's canonical spelling for a case-insensitive name or alias; ValueError if unknown."""
+    return _lookup(name, MODEL_PRESETS, "model")  # type: ignore[arg-type]
+
+
+def canonical_gpu_name(name: str) -> str:
+    """The preset's canonical spelling for a case-insensitive name or alias; ValueError if unknown."""
+    return _lookup(name, GPU_PRESETS, "gpu")  # type: ignore[arg-type]
+
+
+def model_preset(name: str) -> ModelSpec:
+    return MODEL_PRESETS[canonical_model_name(name)]
+
+
+def gpu_preset(name: str) -> GpuSpec:
+    return GPU_PRESETS[canonical_gpu_name(name)]
+
+
+def model_rows() -> list[dict[str, object]]:
+    """One row per model preset, with the derived KV bytes per token (for `kvsim presets`)."""
+    return [
+        {
+            **spec.model_dump(),
+            "kv_bytes_per_token": spec.kv_bytes_per_token,
+            "weight_bytes": spec.weight_bytes,
+        }
+        for spec in MODEL_PRESETS.values()
+    ]
+
+
+def gpu_rows() -> list[dict[str, object]]:
+    """One row per GPU preset (for `kvsim presets`)."""
+    return [spec.model_dump() for spec in GPU_PRESETS.values()]

@@ -1,0 +1,587 @@
+"""`sim.report`: turn results folders into report.html + report.md + figures/*.png.
+
+Why this shape: a report is read by people who did not run the simulation, so it must be complete or
+absent. Every folder is validated first (files, summary.json keys, table columns) and refused with
+one line naming what is missing; then everything is rendered in memory; only then are files written,
+each to a temporary name and moved into place with os.replace, report.html last. The HTML is one
+self-contained file (figures as base64 data URIs, inline CSS, no scripts) so it reads offline.
+
+The report reads the results contract of docs/architecture.md directly (not `sim.results.load_run`)
+because it needs a stricter check than loading does: the exact metric keys its table shows.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+import math
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import pandas as pd
+import pyarrow.parquet as pq
+
+from allocators.base import BREAKDOWN_PARTS
+from sim import diagnosis, figures
+from sim.errors import ResultsError
+
+RESULT_FILES: tuple[str, ...] = ("summary.json", "requests.parquet", "steps.parquet")
+SUMMARY_KEYS: tuple[str, ...] = ("scenario", "allocator", "metrics")
+
+# The summary table: (metric key in summary.json, column header, number format).
+TABLE_COLUMNS: tuple[tuple[str, str, str], ...] = (
+    ("waste_pct", "waste % of allocated", "pct"),
+    ("kv_token_states_pct", "token states %", "pct"),
+    ("kv_reservation_pct", "reservation %", "pct"),
+    ("kv_internal_pct", "internal %", "pct"),
+    ("kv_external_pct", "external %", "pct"),
+    ("kv_duplicated_pct", "duplicated %", "pct"),
+    ("kv_free_pct", "free %", "pct"),
+    ("mean_concurrency", "mean concurrency", "float2"),
+    ("max_concurrency", "max concurrency", "count"),
+    ("request_throughput", "throughput (req/s)", "float3"),
+    ("output_throughput", "throughput (output tok/s)", "float1"),
+    ("median_ttft_ms", "p50 TTFT (ms)", "float2"),
+    ("p99_ttft_ms", "p99 TTFT (ms)", "float2"),
+    ("median_tpot_ms", "p50 TPOT (ms)", "float2"),
+    ("p99_tpot_ms", "p99 TPOT (ms)", "float2"),
+    ("mean_normalized_latency_s_per_token", "normalized latency (s/token)", "sig4"),
+    ("preemptions", "preemptions", "count"),
+    ("rejected", "rejections", "count"),
+)
+# Every metric the report reads: the table's, plus what the diagnosis and the runs table use.
+REQUIRED_METRICS: tuple[str, ...] = (
+    *(key for key, _, _ in TABLE_COLUMNS),
+    "num_requests",
+    "completed",
+    "duration_s",
+    "mean_queue_length",
+    "max_queue_length",
+    "kv_capacity_tokens",
+    "queue_growth",
+)
+REQUEST_COLUMNS: tuple[str, ...] = (
+    "prompt_tokens",
+    "output_tokens",
+    "generated_tokens",
+    "rejected",
+    "ttft_ms",
+    "tpot_ms",
+    "normalized_latency_s_per_token",
+)
+STEP_COLUMNS: tuple[str, ...] = (
+    "time_s",
+    "duration_s",
+    "num_running",
+    "queue_length",
+    "capacity",
+    *BREAKDOWN_PARTS,
+)
+# File names of every figure the report may write (stale ones from an earlier report are removed).
+FIGURE_FILES: dict[str, str] = {
+    "taxonomy": "fig1_taxonomy.png",
+    "taxonomy_over_time": "fig2_taxonomy_over_time.png",
+    "concurrency": "fig3_concurrency_queue.png",
+    "latency": "fig4_latency_cdf.png",
+    "rate_sweep": "fig5_rate_sweep.png",
+    "block_size_sweep": "fig5_block_size_sweep.png",
+}
+FIGURE_CAPTIONS: dict[str, str] = {
+    "taxonomy": "Figure 1. Time-averaged KV memory taxonomy per allocator, in % of KV capacity.",
+    "taxonomy_over_time": "Figure 2. The taxonomy over simulated time (time-weighted bin averages).",
+    "concurrency": "Figure 3. Admitted concurrency and queue length over simulated time.",
+    "latency": "Figure 4. CDFs of TTFT, TPOT and normalized latency over completed requests.",
+    "rate_sweep": "Figure 5a. Mean normalized latency against request rate (sweep).",
+    "block_size_sweep": "Figure 5b. Waste % and output throughput against block size (sweep).",
+}
+
+
+UNITS_NOTE = (
+    "Taxonomy parts are time-averaged % of KV capacity; waste is % of allocated KV holding no token state."
+)
+
+
+class RunLike(Protocol):
+    """What figures and diagnosis read from a run: its two tables and its summary dict."""
+
+    @property
+    def requests(self) -> pd.DataFrame: ...
+
+    @property
+    def steps(self) -> pd.DataFrame: ...
+
+    @property
+    def summary(self) -> dict[str, Any]: ...
+
+
+@dataclass(frozen=True)
+class LoadedRun:
+    """One validated results folder: the columns the report needs and summary.json."""
+
+    path: Path
+    summary: dict[str, Any]
+    requests: pd.DataFrame
+    steps: pd.DataFrame
+
+
+# --------------------------------------------------------------------------------------------- loading
+
+
+def _read_table(path: Path, columns: Sequence[str]) -> pd.DataFrame:
+    """Read only `columns` of a Parquet file, refusing (one line) a file that lacks any of them."""
+    try:
+        present = set(pq.read_schema(path).names)
+    except Exception as exc:  # pyarrow raises several types for a damaged file
+        raise ResultsError(f"{path}: not a readable Parquet file ({type(exc).__name__})") from None
+    missing = [c for c in columns if c not in present]
+    if missing:
+        raise ResultsError(f"{path}: missing columns {', '.join(missing)} (older or partial run?)")
+    return pd.read_parquet(path, columns=list(columns))
+
+
+def load_results(results_dir: Path) -> LoadedRun:
+    """Validate one results folder and load what the report needs; ResultsError names what is missing."""
+    results_dir = Path(results_dir)
+    if not results_dir.is_dir():
+        raise ResultsError(f"{results_dir}: not a results folder (no such directory)")
+    missing_files = [name for name in RESULT_FILES if not (results_dir / name).is_file()]
+    if missing_files:
+        raise ResultsError(f"{results_dir}: missing {', '.join(missing_files)} (older or partial run?)")
+    summary_path = results_dir / "summary.json"
+    try:
+        summary = json.loads(summary_path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ResultsError(f"{summary_path}: not valid JSON ({type(exc).__name__})") from None
+    if not isinstance(summary, dict):
+        raise ResultsError(f"{summary_path}: expected a JSON object at the top level")
+    missing_keys = [key for key in SUMMARY_KEYS if key not in summary]
+    if missing_keys:
+        raise ResultsError(f"{summary_path}: missing keys {', '.join(missing_keys)} (older or partial run?)")
+    metrics = summary["metrics"]
+    if not isinstance(metrics, dict):
+        raise ResultsError(f"{summary_path}: field metrics must be an object")
+    missing_metrics = [key for key in REQUIRED_METRICS if key not in metrics]
+    if missing_metrics:
+        raise ResultsError(
+            f"{summary_path}: missing metrics {', '.join(missing_metrics)} (older or partial run?)"
+        )
+    if not isinstance(summary["scenario"], dict):
+        raise ResultsError(f"{summary_path}: field scenario must be an object")
+    requests = _read_table(results_dir / "requests.parquet", REQUEST_COLUMNS)
+    steps = _read_table(results_dir / "steps.parquet", STEP_COLUMNS)
+    if steps.empty:
+        raise ResultsError(f"{results_dir / 'steps.parquet'}: no rows (partial run?)")
+    return LoadedRun(path=results_dir, summary=summary, requests=requests, steps=steps)
+
+
+def expand_results_dirs(results_dirs: Sequence[Path]) -> list[Path]:
+    """The run folders behind the arguments: a folder without summary.json that holds run folders
+    (e.g. the output of `kvsim compare`) stands for those sub-folders, in name order."""
+    expanded: list[Path] = []
+    for results_dir in map(Path, results_dirs):
+        if results_dir.is_dir() and not any((results_dir / name).exists() for name in RESULT_FILES):
+            children = sorted(
+                child
+                for child in results_dir.iterdir()
+                if child.is_dir() and any((child / name).exists() for name in RESULT_FILES)
+            )
+            if children:
+                expanded.extend(children)
+                continue
+        expanded.append(results_dir)
+    return expanded
+
+
+# ---------------------------------------------------------------------------------------------- labels
+
+
+def allocator_name(summary: Mapping[str, Any]) -> str:
+    """The allocator as summary.json names it (a string, or {name, params} rendered as name:k=v)."""
+    allocator = summary["allocator"]
+    if isinstance(allocator, Mapping):
+        params = allocator.get("params") or {}
+        suffix = ",".join(f"{k}={v}" for k, v in sorted(params.items()))
+        return f"{allocator.get('name', '?')}:{suffix}" if suffix else str(allocator.get("name", "?"))
+    return str(allocator)
+
+
+def _flatten(value: Any, prefix: str = "") -> dict[str, str]:
+    """Scenario dict → {dotted.key: str(value)} over its leaves."""
+    if isinstance(value, Mapping):
+        out: dict[str, str] = {}
+        for key, sub in value.items():
+            out.update(_flatten(sub, f"{prefix}{key}."))
+        return out
+    return {prefix.rstrip("."): str(value)}
+
+
+def run_labels(runs: Sequence[LoadedRun]) -> list[str]:
+    """One unique label per run: the allocator name, plus what tells apart runs sharing it.
+
+    Runs sharing an allocator name are told apart by the scenario fields that differ between them
+    (e.g. `paged (request_rate=4.0)`), else by folder name, else by position.
+    """
+    names = [allocator_name(run.summary) for run in runs]
+    labels = list(names)
+    for name in set(names):
+        members = [i for i, n in enumerate(names) if n == name]
+        if len(members) < 2:
+            continue
+        flat = [_flatten(runs[i].summary["scenario"]) for i in members]
+        keys = sorted(set().union(*flat) - {"name"})
+        differing = [k for k in keys if len({f.get(k) for f in flat}) > 1][:2]
+        for i, leaves in zip(members, flat, strict=True):
+            if differing:
+                detail = ", ".join(f"{k.rsplit('.', 1)[-1]}={leaves.get(k)}" for k in differing)
+            else:
+                detail = runs[i].path.name
+            labels[i] = f"{name} ({detail})"
+    seen: dict[str, int] = {}
+    for i, label in enumerate(labels):
+        if labels.count(label) > 1:
+            seen[label] = seen.get(label, 0) + 1
+            labels[i] = f"{label} #{seen[label]}"
+    return labels
+
+
+# ---------------------------------------------------------------------------------------------- tables
+
+
+def format_value(value: Any, kind: str) -> str:
+    """A metric as the table shows it; '–' for a missing value (e.g. no completed requests)."""
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "–"
+    number = float(value)
+    if kind == "count":
+        return f"{number:.0f}" if number.is_integer() else f"{number:.2f}"
+    if kind == "pct" or kind == "float2":
+        return f"{number:.2f}"
+    if kind == "float1":
+        return f"{number:.1f}"
+    if kind == "float3":
+        return f"{number:.3f}"
+    if kind == "sig4":
+        return f"{number:.4g}"
+    raise ValueError(f"unknown number format {kind!r}")
+
+
+def summary_rows(labels: Sequence[str], runs: Sequence[LoadedRun]) -> list[tuple[str, list[tuple[Any, str]]]]:
+    """(label, [(raw value, shown text) per TABLE_COLUMNS]) for each run."""
+    rows = []
+    for label, run in zip(labels, runs, strict=True):
+        metrics = run.summary["metrics"]
+        cells = [(metrics[key], format_value(metrics[key], kind)) for key, _, kind in TABLE_COLUMNS]
+        rows.append((label, cells))
+    return rows
+
+
+def _scenario_value(summary: Mapping[str, Any], *path: str) -> Any:
+    node: Any = summary.get("scenario", {})
+    for key in path:
+        if not isinstance(node, Mapping) or key not in node:
+            return None
+        node = node[key]
+    return node
+
+
+def request_rate(summary: Mapping[str, Any]) -> float | None:
+    """The scenario's request rate (req/s), or None for closed-loop/trace-timed workloads."""
+    value = _scenario_value(summary, "workload", "request_rate")
+    return None if value is None else float(value)
+
+
+def block_size(summary: Mapping[str, Any]) -> int | None:
+    """The scenario's paged block size in tokens (allocator params win over the top-level field)."""
+    value = _scenario_value(summary, "allocator", "params", "block_size")
+    if value is None:
+        value = _scenario_value(summary, "block_size")
+    return None if value is None else int(value)
+
+
+def _run_facts(run: LoadedRun) -> list[str]:
+    """The runs table's cells for one run: what was simulated, in the scenario's own words."""
+    summary = run.summary
+    metrics = summary["metrics"]
+    values = [
+        run.path.name,
+        _scenario_value(summary, "model"),
+        _scenario_value(summary, "gpu"),
+        _scenario_value(summary, "workload", "source"),
+        request_rate(summary),
+        block_size(summary),
+        _scenario_value(summary, "max_model_len"),
+        metrics["kv_capacity_tokens"],
+        metrics["num_requests"],
+        metrics["completed"],
+        metrics["duration_s"],
+        summary.get("seed", _scenario_value(summary, "seed")),
+    ]
+    shown = []
+    for value in values:
+        if isinstance(value, Mapping):
+            value = value.get("name", json.dumps(value, sort_keys=True))
+        if isinstance(value, float):
+            value = f"{value:.4g}"
+        shown.append("–" if value is None else str(value))
+    return shown
+
+
+RUN_FACT_HEADERS: tuple[str, ...] = (
+    "folder",
+    "model",
+    "gpu",
+    "workload",
+    "request rate (req/s)",
+    "block size (tokens)",
+    "max_model_len (tokens)",
+    "KV capacity (tokens)",
+    "requests",
+    "completed",
+    "simulated time (s)",
+    "seed",
+)
+
+
+# --------------------------------------------------------------------------------------------- figures
+
+
+def render_figures(labels: Sequence[str], runs: Sequence[LoadedRun]) -> dict[str, bytes]:
+    """Every figure the runs support, as PNG bytes keyed like FIGURE_FILES (figure 5 only for sweeps)."""
+    by_label = dict(zip(labels, runs, strict=True))
+    part_pct = {
+        label: {part: float(run.summary["metrics"][f"kv_{part}_pct"]) for part in BREAKDOWN_PARTS}
+        for label, run in by_label.items()
+    }
+    pngs = {
+        "taxonomy": figures.figure_png_bytes(figures.taxonomy_bars(labels, part_pct)),
+        "taxonomy_over_time": figures.figure_png_bytes(figures.taxonomy_over_time(by_label)),
+        "concurrency": figures.figure_png_bytes(figures.concurrency_and_queue(by_label)),
+        "latency": figures.figure_png_bytes(figures.latency_cdfs(by_label)),
+    }
+    rate_points, size_points = sweep_points(runs)
+    if rate_points:
+        pngs["rate_sweep"] = figures.figure_png_bytes(figures.rate_sweep(rate_points))
+    if size_points:
+        pngs["block_size_sweep"] = figures.figure_png_bytes(figures.block_size_sweep(size_points))
+    return pngs
+
+
+def sweep_points(
+    runs: Sequence[LoadedRun],
+) -> tuple[dict[str, list[tuple[float, float]]], dict[str, list[tuple[float, float, float]]]]:
+    """Figure 5's data, empty unless the folders form a sweep (rate or block size varies across them).
+
+    Lines are per allocator name: (rate, mean normalized latency) and (block size, waste %, output
+    throughput). Runs with a missing value (e.g. no completed requests) are left out of a line.
+    """
+    rates = {request_rate(run.summary) for run in runs} - {None}
+    sizes = {block_size(run.summary) for run in runs} - {None}
+    rate_points: dict[str, list[tuple[float, float]]] = {}
+    size_points: dict[str, list[tuple[float, float, float]]] = {}
+    for run in runs:
+        name = allocator_name(run.summary)
+        metrics = run.summary["metrics"]
+        rate, size = request_rate(run.summary), block_size(run.summary)
+        latency = metrics["mean_normalized_latency_s_per_token"]
+        if len(rates) > 1 and rate is not None and _finite(latency):
+            rate_points.setdefault(name, []).append((rate, float(latency)))
+        waste, throughput = metrics["waste_pct"], metrics["output_throughput"]
+        if len(sizes) > 1 and size is not None and _finite(waste) and _finite(throughput):
+            size_points.setdefault(name, []).append((float(size), float(waste), float(throughput)))
+    return rate_points, size_points
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, int | float) and math.isfinite(value)
+
+
+# ------------------------------------------------------------------------------------------- rendering
+
+_CSS = """
+body { font-family: system-ui, -apple-system, 'Segoe UI', Roboto, sans-serif; margin: 2em auto;
+       max-width: 1200px; padding: 0 1em; color: #222; line-height: 1.45; }
+h1 { margin-bottom: 0.2em; } .meta { color: #555; margin-top: 0; }
+.scroll { overflow-x: auto; }
+table { border-collapse: collapse; font-size: 0.85em; margin: 0.5em 0 1.5em; }
+th, td { border: 1px solid #bbb; padding: 0.25em 0.5em; text-align: right; white-space: nowrap; }
+th { background: #f0f0f0; vertical-align: bottom; white-space: normal; }
+td.label, th.label { text-align: left; }
+tbody tr:nth-child(even) { background: #fafafa; }
+figure { margin: 1em 0 2em; } figure img { max-width: 100%; height: auto; border: 1px solid #eee; }
+figcaption { color: #444; font-size: 0.9em; }
+.threshold { color: #666; font-size: 0.9em; }
+@media print { body { max-width: none; } figure { page-break-inside: avoid; } }
+"""
+
+
+def render_html(
+    labels: Sequence[str],
+    runs: Sequence[LoadedRun],
+    statements: Sequence[diagnosis.Statement],
+    pngs: Mapping[str, bytes],
+) -> str:
+    """The self-contained report page: summary table, diagnosis, figures (data URIs), runs table."""
+    esc = html.escape
+    out: list[str] = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        '<link rel="icon" href="data:,">',
+        "<title>kvsim report</title>",
+        f"<style>{_CSS}</style></head><body>",
+        "<h1>kvsim report</h1>",
+        f'<p class="meta">{len(runs)} run(s): {esc(", ".join(labels))}. {esc(UNITS_NOTE)}</p>',
+        "<h2>Summary</h2>",
+        '<div class="scroll"><table id="summary"><thead><tr><th class="label">allocator</th>',
+    ]
+    out += [f'<th data-metric="{esc(key)}">{esc(header)}</th>' for key, header, _ in TABLE_COLUMNS]
+    out.append("</tr></thead><tbody>")
+    for label, cells in summary_rows(labels, runs):
+        out.append(f'<tr><td class="label">{esc(label)}</td>')
+        for (key, _, _), (raw, shown) in zip(TABLE_COLUMNS, cells, strict=True):
+            out.append(f'<td data-metric="{esc(key)}" data-value="{esc(json.dumps(raw))}">{esc(shown)}</td>')
+        out.append("</tr>")
+    out.append("</tbody></table></div>")
+    out.append("<h2>Diagnosis</h2>")
+    if statements:
+        out.append('<ul id="diagnosis">')
+        for statement in statements:
+            out.append(
+                f'<li data-kind="{esc(statement.kind)}"><strong>{esc(statement.label)}</strong>: '
+                f"{esc(statement.text)} "
+                f'<span class="threshold">(threshold: {esc(statement.threshold)})</span></li>'
+            )
+        out.append("</ul>")
+    else:
+        out.append(f'<p id="diagnosis">{esc(diagnosis.NOTHING_TO_REPORT)}</p>')
+    out.append("<h2>Figures</h2>")
+    for key, png in pngs.items():
+        data = base64.b64encode(png).decode("ascii")
+        caption = FIGURE_CAPTIONS[key]
+        out.append(
+            f'<figure id="{esc(key)}"><img src="data:image/png;base64,{data}" alt="{esc(caption)}">'
+            f"<figcaption>{esc(caption)}</figcaption></figure>"
+        )
+    out.append(
+        '<h2>Runs</h2><div class="scroll"><table id="runs"><thead><tr><th class="label">allocator</th>'
+    )
+    out += [f"<th>{esc(header)}</th>" for header in RUN_FACT_HEADERS]
+    out.append("</tr></thead><tbody>")
+    for label, run in zip(labels, runs, strict=True):
+        cells = "".join(f"<td>{esc(cell)}</td>" for cell in _run_facts(run))
+        out.append(f'<tr><td class="label">{esc(label)}</td>{cells}</tr>')
+    out.append("</tbody></table></div>")
+    version = runs[0].summary.get("kvsim_version", "?")
+    out.append(
+        f'<p class="meta">Generated by kvsim {esc(str(version))} from {len(runs)} results folder(s).</p>'
+    )
+    out.append("</body></html>")
+    return "\n".join(out) + "\n"
+
+
+def _md_cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def render_markdown(
+    labels: Sequence[str],
+    runs: Sequence[LoadedRun],
+    statements: Sequence[diagnosis.Statement],
+    figure_names: Mapping[str, str],
+) -> str:
+    """The Markdown twin of the page; figures are linked as figures/*.png next to it."""
+    headers = ["allocator", *(header for _, header, _ in TABLE_COLUMNS)]
+    lines = [
+        "# kvsim report",
+        "",
+        UNITS_NOTE,
+        "",
+        "## Summary",
+        "",
+        "| " + " | ".join(headers) + " |",
+        "|" + "|".join([":---"] + ["---:"] * len(TABLE_COLUMNS)) + "|",
+    ]
+    for label, cells in summary_rows(labels, runs):
+        lines.append("| " + " | ".join([_md_cell(label), *(shown for _, shown in cells)]) + " |")
+    lines += ["", "## Diagnosis", ""]
+    if statements:
+        lines += [f"- **{s.label}**: {s.text} (threshold: {s.threshold})" for s in statements]
+    else:
+        lines.append(diagnosis.NOTHING_TO_REPORT)
+    lines += ["", "## Figures", ""]
+    for key, name in figure_names.items():
+        lines += [f"![{FIGURE_CAPTIONS[key]}](figures/{name})", "", f"*{FIGURE_CAPTIONS[key]}*", ""]
+    lines += ["## Runs", "", "| " + " | ".join(["allocator", *RUN_FACT_HEADERS]) + " |"]
+    lines.append("|" + "|".join([":---"] * (len(RUN_FACT_HEADERS) + 1)) + "|")
+    for label, run in zip(labels, runs, strict=True):
+        lines.append("| " + " | ".join(_md_cell(c) for c in [label, *_run_facts(run)]) + " |")
+    return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------------------------------------- output
+
+
+def _publish(output_dir: Path, pngs: Mapping[str, bytes], markdown: str, page: str) -> None:
+    """Write everything to a staging folder first, then move each file into place (report.html last).
+
+    Figures from an earlier report that this one does not produce (e.g. a sweep figure) are removed,
+    so figures/ never mixes two reports.
+    """
+    output_dir.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".kvsim-report-", dir=output_dir))
+    try:
+        for key, png in pngs.items():
+            (staging / FIGURE_FILES[key]).write_bytes(png)
+        (staging / "report.md").write_text(markdown, encoding="utf-8")
+        (staging / "report.html").write_text(page, encoding="utf-8")
+        figures_dir = output_dir / "figures"
+        figures_dir.mkdir(exist_ok=True)
+        for key in pngs:
+            os.replace(staging / FIGURE_FILES[key], figures_dir / FIGURE_FILES[key])
+        for key, name in FIGURE_FILES.items():
+            if key not in pngs:
+                (figures_dir / name).unlink(missing_ok=True)
+        os.replace(staging / "report.md", output_dir / "report.md")
+        os.replace(staging / "report.html", output_dir / "report.html")
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def default_output_dir(results_dirs: Sequence[Path]) -> Path:
+    """Where the report goes by default: the folders' common parent (the folder itself for one run)."""
+    return Path(os.path.commonpath([str(Path(p).resolve()) for p in results_dirs]))
+
+
+def report(results_dirs: list[Path], output_dir: Path | None = None) -> Path:
+    """Validate the results folders and write report.html, report.md and figures/*.png.
+
+    A folder that holds run folders (such as `kvsim compare`'s output) stands for them. Returns the
+    path of report.html. Raises ResultsError (one line) for a missing or incomplete folder, before
+    anything is written.
+    """
+    if not results_dirs:
+        raise ResultsError("no results folders given")
+    run_dirs = expand_results_dirs(results_dirs)
+    runs = [load_results(path) for path in run_dirs]
+    labels = run_labels(runs)
+    output_dir = Path(output_dir) if output_dir is not None else default_output_dir(run_dirs)
+    statements = diagnosis.diagnose(dict(zip(labels, runs, strict=True)))
+    pngs = render_figures(labels, runs)
+    page = render_html(labels, runs, statements, pngs)
+    markdown = render_markdown(labels, runs, statements, {key: FIGURE_FILES[key] for key in pngs})
+    _publish(output_dir, pngs, markdown, page)
+    return output_dir / "report.html"
+
+
+def timed_report(results_dirs: list[Path], output_dir: Path | None = None) -> tuple[Path, float]:
+    """`report` plus its wall time in seconds (for the CLI's one-line summary)."""
+    start_s = time.perf_counter()
+    path = report(results_dirs, output_dir)
+    return path, time.perf_counter() - start_s

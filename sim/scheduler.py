@@ -1,0 +1,519 @@
+"""Who runs next: FCFS admission, the running batch, preemption -- through the allocator Protocol only.
+
+Why a separate module: the serving loop (sim/engine.py) owns time, cost and SimPy; this module owns
+the *state* of the batch and the vLLM-style policy decisions (FCFS with head-of-line blocking,
+`max_num_seqs`, `max_num_batched_tokens`, chunked prefill, newest-first preemption, recompute vs
+swap). It never looks inside an allocator: it calls `demand_tokens`, `admit`, `fork`, `grow`,
+`release` and `prefix_hit_tokens`, nothing else.
+
+Why this state layout: decoding sequences all advance one token per iteration, so each one is
+stored as offsets against the global iteration counter `it` (emitted = em_off + it,
+KV length = kv_off + it) and its finishing iteration sits in a heap. Nothing is touched per
+iteration; the sum of context lengths is `kv_off_sum + num_decode * it`. Python work happens only
+when something changes (admission, finish, preemption).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from allocators.base import Allocator, SeqSpec
+from sim.metrics import FINISH_KV_EXHAUSTED, FINISH_LENGTH, FINISH_STOP, RequestLog
+
+
+class WorkItem:
+    """A queued unit of work: a fresh request (sample == -1, all n samples) or one resumed sample."""
+
+    __slots__ = ("req", "sample", "emitted", "enqueued_s", "readmission", "swapped", "demand_tokens")
+
+    def __init__(self, req: int, sample: int, emitted: int, enqueued_s: float, readmission: bool, swapped: bool):
+        self.req = req
+        self.sample = sample
+        self.emitted = emitted
+        self.enqueued_s = enqueued_s
+        self.readmission = readmission
+        self.swapped = swapped
+        self.demand_tokens = -1  # cached allocator.demand_tokens, -1 = not asked yet
+
+
+class PrefillGroup:
+    """An admitted item still computing its prompt (parent + forked samples share one prefill)."""
+
+    __slots__ = ("item", "seq_ids", "compute_left", "context_tokens", "stamp", "prompt_tokens")
+
+    def __init__(self, item: WorkItem, seq_ids: list[int], compute_left: int, context_tokens: int, stamp: int):
+        self.item = item
+        self.seq_ids = seq_ids
+        self.compute_left = compute_left
+        self.context_tokens = context_tokens
+        self.stamp = stamp
+        self.prompt_tokens = 0
+
+
+# Decode record: a list for cheap field access. Indices:
+_REQ, _SAMPLE, _EM_OFF, _KV_OFF, _TARGET, _STAMP = range(6)
+
+
+@dataclass(slots=True)
+class StepPlan:
+    """What the scheduler put into one step (the engine prices it and records it)."""
+
+    chunks: list[tuple[PrefillGroup, int]] = field(default_factory=list)
+    prefill_tokens: int = 0
+    prefill_context_tokens: int = 0
+    swap_tokens: int = 0  # swapped in this step plus swapped out after the previous step
+    first_tokens: int = 0  # samples whose prefill completes in this step (each samples its 1st token)
+
+    @property
+    def decode_only(self) -> bool:
+        return not self.chunks and self.swap_tokens == 0
+
+
+class RequestInfo:
+    """The request table as Python lists (fast scalar indexing) plus the engine's effective limits."""
+
+    def __init__(self, requests: pd.DataFrame, max_model_len: int) -> None:
+        num = len(requests)
+        self.num_requests = num
+        self.prompt_tokens: list[int] = requests["prompt_tokens"].to_numpy(np.int64).tolist()
+        self.output_tokens: list[int] = requests["output_tokens"].to_numpy(np.int64).tolist()
+        max_tokens = requests["max_tokens"].to_numpy(np.int64)
+        prompt = np.asarray(self.prompt_tokens, dtype=np.int64)
+        # vLLM stops a sequence at max_model_len: the effective client limit is capped by it.
+        self.max_tokens_eff: list[int] = np.minimum(max_tokens, max_model_len - prompt).tolist()
+        self.target_tokens: list[int] = np.minimum(
+            np.asarray(self.output_tokens, dtype=np.int64), np.asarray(self.max_tokens_eff)
+        ).tolist()
+        self.n: list[int] = (
+            requests["n"].to_numpy(np.int64).tolist() if "n" in requests else [1] * num
+        )
+        self.prefix_group: list[int] = (
+            requests["prefix_group"].to_numpy(np.int64).tolist() if "prefix_group" in requests else [-1] * num
+        )
+        self.prefix_tokens: list[int] = (
+            requests["prefix_tokens"].to_numpy(np.int64).tolist() if "prefix_tokens" in requests else [0] * num
+        )
+        if "block_hashes" in requests:
+            self.block_hashes: list[tuple[int, ...]] = [
+                tuple(int(h) for h in hashes) if hashes is not None and len(hashes) else ()
+                for hashes in requests["block_hashes"].tolist()
+            ]
+        else:
+            self.block_hashes = [()] * num
+        self.block_hash_tokens = int(requests.attrs.get("block_hash_tokens", 0) or 0)
+
+    def spec(self, req: int, seq_id: int, emitted: int) -> SeqSpec:
+        """The allocator's view of sample `req` having already generated `emitted` tokens.
+
+        A resumed sample (recompute or swap) looks like a new sequence whose prompt includes
+        what it generated, with correspondingly fewer tokens to go.
+        """
+        return SeqSpec(
+            seq_id=seq_id,
+            prompt_tokens=self.prompt_tokens[req] + emitted,
+            max_tokens=self.max_tokens_eff[req] - emitted,
+            output_tokens=self.output_tokens[req] - emitted,
+            prefix_group=self.prefix_group[req],
+            prefix_tokens=self.prefix_tokens[req],
+            block_hashes=self.block_hashes[req],
+            block_hash_tokens=self.block_hash_tokens,
+        )
+
+
+class Scheduler:
+    """FCFS continuous-batching scheduler over one allocator (vLLM semantics, see docs/metrics.md)."""
+
+    def __init__(
+        self,
+        info: RequestInfo,
+        allocator: Allocator,
+        log: RequestLog,
+        *,
+        max_num_seqs: int,
+        max_num_batched_tokens: int,
+        max_model_len: int,
+        enable_chunked_prefill: bool,
+        preemption_mode: str,
+        on_request_done: Callable[[int, float], None] | None = None,
+    ) -> None:
+        if preemption_mode not in ("recompute", "swap"):
+            raise ValueError(f"preemption_mode must be 'recompute' or 'swap' (got {preemption_mode!r})")
+        self.info = info
+        self.alloc = allocator
+        self.log = log
+        self.max_num_seqs = max_num_seqs
+        self.max_num_batched_tokens = max_num_batched_tokens
+        self.max_model_len = max_model_len
+        self.chunked = enable_chunked_prefill
+        self.swap_mode = preemption_mode == "swap"
+        self.on_request_done = on_request_done
+        self.capacity_tokens = int(allocator.capacity_tokens)
+
+        self.waiting: deque[WorkItem] = deque()
+        self.swapped: deque[WorkItem] = deque()
+        self.prefilling: list[PrefillGroup] = []
+        self.decode: dict[int, list[int]] = {}
+        self.finish_heap: list[tuple[int, int, int]] = []  # (finish_it, stamp, seq_id)
+        self.kv_off_sum = 0  # sum of kv_off over decode seqs: context tokens = kv_off_sum + n * it
+        self.num_seqs = 0  # decode seqs + sequences of prefill groups (what max_num_seqs limits)
+        self.it = 0  # completed iterations
+        self.pending_swap_out_tokens = 0
+        self.queue_request_s = 0.0  # integral of queue length over time (exact, from enqueue times)
+        self.max_queue_length = 0
+
+        self._free_ids: list[int] = []
+        self._next_id = 0
+        self._stamp = 0
+        self._ids_cache: np.ndarray | None = None
+
+    # -- queue -------------------------------------------------------------------------------------------
+
+    @property
+    def queue_length(self) -> int:
+        return len(self.waiting) + len(self.swapped)
+
+    def _note_queue(self) -> None:
+        q = len(self.waiting) + len(self.swapped)
+        if q > self.max_queue_length:
+            self.max_queue_length = q
+
+    def _dequeue(self, queue: deque[WorkItem], now_s: float) -> WorkItem:
+        item = queue.popleft()
+        self.queue_request_s += now_s - item.enqueued_s
+        return item
+
+    def enqueue(self, req: int, now_s: float) -> None:
+        """A request arrives: refuse it now if it can never run (with a reason), else queue it FCFS."""
+        info, log = self.info, self.log
+        log.arrival_s[req] = now_s
+        prompt = info.prompt_tokens[req]
+        n = info.n[req]
+        reason = ""
+        if prompt >= self.max_model_len:
+            reason = f"prompt_tokens {prompt} leaves no room to generate within max_model_len {self.max_model_len}"
+        elif n > self.max_num_seqs:
+            reason = f"n {n} parallel samples > max_num_seqs {self.max_num_seqs}"
+        elif not self.chunked and prompt > self.max_num_batched_tokens:
+            reason = (
+                f"prompt_tokens {prompt} > max_num_batched_tokens {self.max_num_batched_tokens} "
+                "without chunked prefill"
+            )
+        else:
+            spec = info.spec(req, 0, 0)
+            demand = int(self.alloc.demand_tokens(spec))
+            if demand > self.capacity_tokens:
+                explain = getattr(self.alloc, "rejection_reason", None)
+                detail = explain(spec) if explain is not None else ""
+                reason = detail or f"needs {demand} KV tokens, more than the cache's {self.capacity_tokens}"
+        if reason:
+            log.reject(req, now_s, reason)
+            if self.on_request_done is not None:
+                self.on_request_done(req, now_s)
+            return
+        self.waiting.append(WorkItem(req, -1, 0, now_s, False, False))
+        self._note_queue()
+
+    def next_demand_tokens(self) -> int:
+        """Demand of the head of the queue (swapped first, as they are served first); 0 if none waits."""
+        queue = self.swapped if self.swapped else self.waiting
+        if not queue:
+            return 0
+        item = queue[0]
+        if item.demand_tokens < 0:
+            item.demand_tokens = int(self.alloc.demand_tokens(self.info.spec(item.req, 0, item.emitted)))
+        return item.demand_tokens
+
+    # -- ids -----------------------------------------------------------------------------------------------
+
+    def _new_id(self) -> int:
+        if self._free_ids:
+            return self._free_ids.pop()
+        self._next_id += 1
+        return self._next_id - 1
+
+    def decode_ids(self) -> np.ndarray:
+        """Ids of decoding sequences as an array (cached until the set changes)."""
+        if self._ids_cache is None:
+            self._ids_cache = np.fromiter(self.decode.keys(), dtype=np.int64, count=len(self.decode))
+        return self._ids_cache
+
+    @property
+    def num_decode(self) -> int:
+        return len(self.decode)
+
+    def decode_context_tokens(self) -> int:
+        return self.kv_off_sum + len(self.decode) * self.it
+
+    def iterations_to_next_finish(self) -> int:
+        """Iterations until (and including) the one in which the next decode sequence finishes."""
+        heap, decode = self.finish_heap, self.decode
+        while heap:
+            finish_it, stamp, seq_id = heap[0]
+            rec = decode.get(seq_id)
+            if rec is not None and rec[_STAMP] == stamp:
+                return finish_it - self.it
+            heapq.heappop(heap)
+        return 1 << 62
+
+    # -- one step ------------------------------------------------------------------------------------------
+
+    def schedule(self, now_s: float) -> StepPlan:
+        """Fill this step: swap-ins, running prefill chunks, then FCFS admissions within the limits."""
+        plan = StepPlan()
+        if self.swapped:
+            self._swap_in(now_s, plan)
+        plan.swap_tokens += self.pending_swap_out_tokens
+        self.pending_swap_out_tokens = 0
+        budget = self.max_num_batched_tokens - len(self.decode)
+        for group in self.prefilling:  # partially prefilled groups (chunked prefill only)
+            if budget <= 0:
+                break
+            chunk = min(group.compute_left, budget)
+            self._add_chunk(plan, group, chunk)
+            budget -= chunk
+        if not self.swapped:
+            while self.waiting:
+                admitted = self._try_admit(self.waiting[0], budget, now_s)
+                if admitted is None:
+                    if self.num_seqs == 0:  # cannot fit even alone: refuse instead of livelocking
+                        self._drop_unfittable(self._dequeue(self.waiting, now_s), now_s)
+                        continue
+                    break
+                self._dequeue(self.waiting, now_s)
+                chunk = admitted.compute_left if not self.chunked else min(admitted.compute_left, budget)
+                self._add_chunk(plan, admitted, chunk)
+                budget -= chunk
+        return plan
+
+    def _add_chunk(self, plan: StepPlan, group: PrefillGroup, chunk: int) -> None:
+        plan.chunks.append((group, chunk))
+        plan.prefill_tokens += chunk
+        # Causal (query, key) pairs, as sim.cost.prefill_attention_pairs (inlined: this runs per chunk).
+        plan.prefill_context_tokens += chunk * group.context_tokens + chunk * (chunk + 1) // 2
+        if chunk == group.compute_left:
+            plan.first_tokens += len(group.seq_ids)
+
+    def _swap_in(self, now_s: float, plan: StepPlan) -> None:
+        info = self.info
+        while self.swapped:
+            item = self.swapped[0]
+            if self.num_seqs + 1 > self.max_num_seqs:
+                return
+            seq_id = self._new_id()
+            if not self.alloc.admit(info.spec(item.req, seq_id, item.emitted)):
+                self._free_ids.append(seq_id)
+                if self.num_seqs == 0:
+                    self._drop_unfittable(self._dequeue(self.swapped, now_s), now_s)
+                    continue
+                return
+            self._dequeue(self.swapped, now_s)
+            self._stamp += 1
+            self._start_decode(seq_id, item.req, item.sample, item.emitted, self._stamp)
+            plan.swap_tokens += info.prompt_tokens[item.req] + item.emitted - 1
+
+    def _try_admit(self, item: WorkItem, budget: int, now_s: float) -> PrefillGroup | None:
+        """Admit `item` if limits and memory allow (all-or-nothing for its samples); None if blocked."""
+        info, alloc = self.info, self.alloc
+        req = item.req
+        num = info.n[req] if item.sample < 0 else 1
+        if self.num_seqs + num > self.max_num_seqs:
+            return None
+        prompt = info.prompt_tokens[req] + item.emitted
+        if budget <= 0 or (not self.chunked and prompt > budget):
+            return None
+        seq_id = self._new_id()
+        if not alloc.admit(info.spec(req, seq_id, item.emitted)):
+            self._free_ids.append(seq_id)
+            return None
+        seq_ids = [seq_id]
+        for _ in range(num - 1):
+            child = self._new_id()
+            if not alloc.fork(seq_id, info.spec(req, child, item.emitted)):
+                self._free_ids.append(child)
+                for sid in reversed(seq_ids):
+                    alloc.release(sid)
+                    self._free_ids.append(sid)
+                return None
+            seq_ids.append(child)
+        hits = int(alloc.prefix_hit_tokens(seq_id))
+        compute = max(1, prompt - hits)  # a full hit still computes the last token (as vLLM)
+        self._stamp += 1
+        group = PrefillGroup(item, seq_ids, compute, prompt - compute, self._stamp)
+        group.prompt_tokens = prompt
+        self.prefilling.append(group)
+        self.num_seqs += num
+        log = self.log
+        if math.isnan(log.admitted_s[req]):
+            log.admitted_s[req] = now_s
+            log.prefix_hit_tokens[req] = hits
+            log.samples_left[req] = num
+        return group
+
+    def _drop_unfittable(self, item: WorkItem, now_s: float) -> None:
+        """The livelock guard at admission: an item that fails on an empty engine will never fit."""
+        req = item.req
+        if item.sample < 0 and item.emitted == 0 and math.isnan(self.log.admitted_s[req]):
+            demand = self.alloc.demand_tokens(self.info.spec(req, 0, 0))
+            self.log.reject(req, now_s, f"does not fit in the empty KV cache (demand {demand} tokens)")
+            if self.on_request_done is not None:
+                self.on_request_done(req, now_s)
+            return
+        samples = self.info.n[req] if item.sample < 0 else 1
+        for _ in range(samples):
+            self._finish_sample(req, item.emitted, FINISH_KV_EXHAUSTED, now_s)
+
+    # -- after the step ------------------------------------------------------------------------------------
+
+    def _start_decode(self, seq_id: int, req: int, sample: int, emitted: int, stamp: int) -> None:
+        it = self.it
+        kv_off = self.info.prompt_tokens[req] + emitted - it
+        self.decode[seq_id] = [req, sample, emitted - it, kv_off, self.info.target_tokens[req], stamp]
+        self.kv_off_sum += kv_off
+        self._ids_cache = None
+        heapq.heappush(self.finish_heap, (self.info.target_tokens[req] - emitted + it, stamp, seq_id))
+        self.num_seqs += 1
+
+    def _stop_decode(self, seq_id: int) -> list[int]:
+        rec = self.decode.pop(seq_id)
+        self.kv_off_sum -= rec[_KV_OFF]
+        self._ids_cache = None
+        self.num_seqs -= 1
+        self.alloc.release(seq_id)
+        self._free_ids.append(seq_id)
+        return rec
+
+    def _finish_sample(self, req: int, emitted: int, reason: str, now_s: float) -> None:
+        if reason == FINISH_STOP and emitted < self.info.output_tokens[req]:
+            reason = FINISH_LENGTH
+        if self.log.finish_sample(req, now_s, emitted, reason) and self.on_request_done is not None:
+            self.on_request_done(req, now_s)
+
+    def grow_uniform(self, num_tokens: int) -> None:
+        """Grow every decode sequence by `num_tokens` (a jump's inner iterations); must not fail."""
+        if num_tokens <= 0 or not self.decode:
+            return
+        failed = self.alloc.grow(self.decode_ids(), num_tokens)
+        if len(failed):
+            raise AssertionError(f"grow({num_tokens}) failed after max_uniform_growth allowed it: {failed}")
+
+    def complete(self, iterations: int, plan: StepPlan, now_s: float) -> None:
+        """The step (or the last iteration of a jump) ended at `now_s`: emit, finish, grow, preempt."""
+        self.it += iterations
+        it = self.it
+        log, info = self.log, self.info
+        log.total_generated_tokens += len(self.decode) * iterations
+        # Prefill chunks: groups that completed sample their first token now.
+        completed: list[PrefillGroup] = []
+        for group, chunk in plan.chunks:
+            group.compute_left -= chunk
+            group.context_tokens += chunk
+            log.total_prefill_tokens += chunk
+            if group.item.readmission:
+                log.recomputed_tokens[group.item.req] += chunk
+            if group.compute_left == 0:
+                completed.append(group)
+        # Decode sequences whose last token was sampled in this iteration.
+        heap, decode = self.finish_heap, self.decode
+        while heap and heap[0][0] <= it:
+            finish_it, stamp, seq_id = heapq.heappop(heap)
+            rec = decode.get(seq_id)
+            if rec is None or rec[_STAMP] != stamp:
+                continue
+            self._stop_decode(seq_id)
+            self._finish_sample(rec[_REQ], rec[_EM_OFF] + it, FINISH_STOP, now_s)
+        if completed:
+            self.prefilling = [g for g in self.prefilling if g.compute_left > 0]
+            for group in completed:
+                self._complete_prefill(group, now_s)
+        self._grow_one(now_s)
+
+    def _complete_prefill(self, group: PrefillGroup, now_s: float) -> None:
+        item, log = group.item, self.log
+        req = item.req
+        emitted = item.emitted + 1
+        log.total_generated_tokens += len(group.seq_ids)
+        if math.isnan(log.first_token_s[req]):
+            log.first_token_s[req] = now_s
+        self.num_seqs -= len(group.seq_ids)
+        target = self.info.target_tokens[req]
+        for j, seq_id in enumerate(group.seq_ids):
+            sample = item.sample if item.sample >= 0 else j
+            if emitted >= target:
+                self.alloc.release(seq_id)
+                self._free_ids.append(seq_id)
+                self._finish_sample(req, emitted, FINISH_STOP, now_s)
+            else:
+                self._start_decode(seq_id, req, sample, emitted, group.stamp)
+
+    def _grow_one(self, now_s: float) -> None:
+        """The post-step grow: one slot for every decoding sequence; failures preempt newest first."""
+        if not self.decode:
+            return
+        failed_arr = self.alloc.grow(self.decode_ids(), 1)
+        if not len(failed_arr):
+            return
+        failed = set(int(x) for x in failed_arr)
+        while failed:
+            victim_id, victim_group = self._newest_unit()
+            if self.num_seqs == len(self.decode) and len(self.decode) == 1:
+                # Livelock guard: the only sequence cannot grow with everything else gone. Truncate it.
+                rec = self._stop_decode(victim_id)
+                failed.discard(victim_id)
+                self._finish_sample(rec[_REQ], rec[_EM_OFF] + self.it, FINISH_KV_EXHAUSTED, now_s)
+                continue
+            if victim_group is not None:
+                self._preempt_group(victim_group, now_s)
+            else:
+                self._preempt_decode(victim_id, victim_id in failed, now_s)
+                failed.discard(victim_id)
+            if failed:
+                retry = np.fromiter(sorted(failed), dtype=np.int64, count=len(failed))
+                failed = set(int(x) for x in self.alloc.grow(retry, 1))
+
+    def _newest_unit(self) -> tuple[int, PrefillGroup | None]:
+        best_stamp, best_id, best_group = -1, -1, None
+        for seq_id, rec in self.decode.items():
+            key = rec[_STAMP]
+            if key > best_stamp or (key == best_stamp and seq_id > best_id):
+                best_stamp, best_id = key, seq_id
+        for group in self.prefilling:
+            if group.stamp > best_stamp:
+                best_stamp, best_group = group.stamp, group
+        return best_id, best_group
+
+    def _preempt_decode(self, seq_id: int, grow_failed: bool, now_s: float) -> None:
+        rec = self._stop_decode(seq_id)
+        req = rec[_REQ]
+        emitted = rec[_EM_OFF] + self.it
+        self.log.preemptions[req] += 1
+        if self.swap_mode:
+            self.pending_swap_out_tokens += self.info.prompt_tokens[req] + emitted - (1 if grow_failed else 0)
+            self.swapped.appendleft(WorkItem(req, rec[_SAMPLE], emitted, now_s, True, True))
+        else:
+            self.waiting.appendleft(WorkItem(req, rec[_SAMPLE], emitted, now_s, True, False))
+        self._note_queue()
+
+    def _preempt_group(self, group: PrefillGroup, now_s: float) -> None:
+        for seq_id in reversed(group.seq_ids):
+            self.alloc.release(seq_id)
+            self._free_ids.append(seq_id)
+        self.num_seqs -= len(group.seq_ids)
+        self.prefilling = [g for g in self.prefilling if g is not group]
+        item = group.item
+        self.log.preemptions[item.req] += 1
+        item.readmission = True
+        item.enqueued_s = now_s
+        item.demand_tokens = -1
+        self.waiting.appendleft(item)
+        self._note_queue()
+
+    @property
+    def idle(self) -> bool:
+        return self.num_seqs == 0 and not self.waiting and not self.swapped

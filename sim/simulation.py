@@ -1,0 +1,161 @@
+"""The Python API of a run: `simulate(scenario) -> Run` and `compare(scenario, allocators) -> {label: Run}`.
+
+Why here and not in the engine: this module is the only one that turns a Scenario into the engine's
+plain inputs (request table, allocator, cost model, EngineConfig) and wraps the engine's output
+into a Run with a summary (scenario, seed, versions, metrics). The CLI, sweeps, capacity search and
+notebooks all call these two functions.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.metadata
+import platform
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import pandas as pd
+
+import sim
+from sim.config import Scenario
+from sim.cost import CostModel
+from sim.engine import EngineConfig, run_engine
+from sim.metrics import summarize
+from sim.results import Run
+
+# `kvsim compare` with no --allocators: the paper's contenders, same workload and seed for each.
+DEFAULT_COMPARE_ALLOCATORS: tuple[str, ...] = (
+    "contiguous",
+    "request_limit:limit",
+    "request_limit:oracle",
+    "request_limit:pow2",
+    "paged",
+    "virtual",
+)
+
+_VERSIONED_PACKAGES: tuple[str, ...] = ("simpy", "numpy", "pandas", "pyarrow", "pydantic", "typer", "rich")
+
+
+def package_versions() -> dict[str, str]:
+    """Versions that can change results or files (recorded in every summary.json)."""
+    versions = {"python": platform.python_version()}
+    for name in _VERSIONED_PACKAGES:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            versions[name] = "not installed"
+    return versions
+
+
+def engine_config(scenario: Scenario, *, multi_step: bool = True, max_step_rows: int = 200_000) -> EngineConfig:
+    """The engine knobs of a scenario (vLLM names map one to one)."""
+    return EngineConfig(
+        max_num_seqs=scenario.max_num_seqs,
+        max_num_batched_tokens=int(scenario.max_num_batched_tokens),
+        max_model_len=int(scenario.max_model_len),
+        enable_chunked_prefill=scenario.enable_chunked_prefill,
+        preemption_mode=scenario.preemption_mode,
+        multi_step=multi_step,
+        max_step_rows=max_step_rows,
+        export_layouts_every=scenario.export_layouts_every,
+    )
+
+
+@contextlib.contextmanager
+def _progress_bar(enabled: bool, total: int, label: str) -> Iterator[Callable[[float, int, int], None] | None]:
+    """A rich progress bar over finished requests that shows simulated time; None when disabled."""
+    if not enabled:
+        yield None
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("simulated {task.fields[sim_s]:>9.1f} s"),
+        TimeElapsedColumn(),
+        transient=True,
+    ) as bar:
+        task = bar.add_task(label, total=total, sim_s=0.0)
+
+        def update(now_s: float, done: int, _total: int) -> None:
+            bar.update(task, completed=done, sim_s=now_s)
+
+        yield update
+
+
+def simulate(
+    scenario: Scenario,
+    *,
+    progress: bool = False,
+    workload: pd.DataFrame | None = None,
+    multi_step: bool = True,
+) -> Run:
+    """Run one scenario end to end and return its tables and summary (nothing is written to disk).
+
+    `workload`: a request table to use instead of `scenario.load_workload()` (compare passes one
+    table to every allocator). `multi_step=False` steps every iteration (for checking the jumps).
+    """
+    wall_start = time.perf_counter()
+    requests = workload if workload is not None else scenario.load_workload()
+    allocator = scenario.make_allocator()
+    cost = CostModel.from_scenario(scenario)
+    config = engine_config(scenario, multi_step=multi_step)
+    label = scenario.allocator.label
+    with _progress_bar(progress, len(requests), label) as update:
+        result = run_engine(
+            requests, allocator, cost, config, progress=update, kv_read_time_s=cost.kv_read_time_s
+        )
+    wall_s = time.perf_counter() - wall_start
+    metrics = summarize(
+        result.requests,
+        result.steps,
+        result.totals,
+        capacity_tokens=int(allocator.capacity_tokens),
+        kv_bytes_per_token=scenario.kv_bytes_per_token(),
+        wall_s=wall_s,
+    )
+    summary: dict[str, Any] = {
+        "kvsim_version": sim.__version__,
+        "versions": package_versions(),
+        "scenario": scenario.to_dict(),
+        "seed": scenario.seed,
+        "allocator": label,
+        "metrics": metrics,
+        "cost_model": cost.describe(),
+        "workload": {k: v for k, v in requests.attrs.items() if isinstance(v, str | int | float | dict)},
+        "engine": {
+            "multi_step": multi_step,
+            "step_rows_seen": result.totals["step_rows_seen"],
+            "step_rows_kept": len(result.steps),
+            "step_rows_stride": result.totals["step_rows_stride"],
+        },
+    }
+    return Run(requests=result.requests, steps=result.steps, summary=summary, layouts=result.layouts)
+
+
+def run_label(allocator: str) -> str:
+    """Folder-safe label of an allocator string ('request_limit:oracle' -> 'request_limit-oracle')."""
+    return allocator.replace(":", "-").replace("/", "-")
+
+
+def compare(
+    scenario: Scenario,
+    allocators: Sequence[str] | None = None,
+    *,
+    progress: bool = False,
+    workload: pd.DataFrame | None = None,
+) -> dict[str, Run]:
+    """The same workload and seed through several allocators; keys are allocator labels, in order."""
+    names = list(allocators) if allocators else list(DEFAULT_COMPARE_ALLOCATORS)
+    requests = workload if workload is not None else scenario.load_workload()
+    runs: dict[str, Run] = {}
+    for name in names:
+        variant = scenario.with_overrides(allocator=name)
+        label = variant.allocator.label
+        if label in runs:
+            continue
+        runs[label] = simulate(variant, progress=progress, workload=requests)
+    return runs

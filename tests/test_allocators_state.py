@@ -1,0 +1,245 @@
+"""Hypothesis state machines: random admit / grow / release / fork on every allocator and placement.
+
+After every step: the taxonomy parts sum to capacity (MemoryBreakdown checks it on construction);
+no slot or block has two owners unless shared with a matching refcount; refcounts are never
+negative; duplication matches an independent token-label model; a refused admit or fork changed
+nothing; max_uniform_growth is exact. At teardown every sequence is released and everything must be
+free, except what the prefix cache keeps by design.
+
+The number of examples comes from the hypothesis profile (tests/conftest.py: dev 50, ci 300, long 10,000).
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import numpy as np
+from _alloc_helpers import (
+    HASH_CHAINS,
+    HASH_TOKENS,
+    PREFIX_GROUP_TOKENS,
+    ContentModel,
+    check_all_free,
+    check_contiguous,
+    check_paged,
+)
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from allocators import SeqSpec, make_allocator
+from allocators.contiguous import SlabAllocator
+
+MAX_MODEL_LEN = 96
+
+PLACEMENTS = ("first_fit", "best_fit", "buddy")
+
+# One state machine per allocator; each example draws the allocator's configuration, so every
+# placement, reservation policy and paged mode is exercised within the profile's example budget.
+PARAM_STRATEGIES: dict[str, st.SearchStrategy[dict[str, Any]]] = {
+    "contiguous": st.fixed_dictionaries(
+        {"max_model_len": st.just(MAX_MODEL_LEN), "placement": st.sampled_from(PLACEMENTS)}
+    ),
+    "request_limit": st.fixed_dictionaries(
+        {
+            "max_model_len": st.sampled_from([MAX_MODEL_LEN, None]),
+            "placement": st.sampled_from(PLACEMENTS),
+            "reservation": st.sampled_from(["limit", "oracle", "pow2"]),
+        }
+    ),
+    "paged": st.one_of(
+        st.fixed_dictionaries(
+            {"block_size": st.sampled_from([1, 4, 5, 16]), "enable_prefix_caching": st.booleans()}
+        ),
+        st.fixed_dictionaries(
+            {
+                "block_size": st.sampled_from([3, 16]),
+                "share_prefixes": st.just(False),
+                "max_model_len": st.just(MAX_MODEL_LEN),
+            }
+        ),
+    ),
+    "virtual": st.fixed_dictionaries(
+        {
+            "max_model_len": st.just(MAX_MODEL_LEN),
+            "page_bytes": st.sampled_from([24, 48, 64]),
+            "bytes_per_token_per_layer": st.just(4),
+        }
+    ),
+}
+
+
+def seq_specs(seq_id: int) -> st.SearchStrategy[SeqSpec]:
+    """A request: plain, in a prefix group, or with a Mooncake-style hash chain."""
+
+    @st.composite
+    def build(draw: st.DrawFn) -> SeqSpec:
+        kind = draw(st.sampled_from(["plain", "group", "hashes"]))
+        group, prefix, hashes = -1, 0, ()
+        minimum_prompt = 1
+        if kind == "group":
+            group = draw(st.sampled_from(sorted(PREFIX_GROUP_TOKENS)))
+            prefix = PREFIX_GROUP_TOKENS[group]
+            minimum_prompt = prefix
+        elif kind == "hashes":
+            chain = draw(st.sampled_from(HASH_CHAINS))
+            hashes = chain[: draw(st.integers(1, len(chain)))]
+            minimum_prompt = len(hashes) * HASH_TOKENS
+        prompt = draw(st.integers(minimum_prompt, minimum_prompt + 30))
+        max_tokens = draw(st.integers(1, 60))
+        output = draw(st.integers(1, 70))
+        return SeqSpec(
+            seq_id=seq_id,
+            prompt_tokens=prompt,
+            max_tokens=max_tokens,
+            output_tokens=output,
+            prefix_group=group,
+            prefix_tokens=prefix,
+            block_hashes=hashes,
+            block_hash_tokens=HASH_TOKENS if hashes else 0,
+        )
+
+    return build()
+
+
+class AllocatorMachine(RuleBasedStateMachine):
+    """Drives one allocator; subclasses set `allocator_name` and `params`."""
+
+    allocator_name = ""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.alloc: Any = None
+        self.model = ContentModel()
+        self.next_id = 0
+        self.demand = 0
+
+    @initialize(capacity=st.integers(60, 700), data=st.data())
+    def build(self, capacity: int, data: st.DataObject) -> None:
+        params = data.draw(PARAM_STRATEGIES[self.allocator_name], label="params")
+        self.alloc = make_allocator(self.allocator_name, capacity_tokens=capacity, **params)
+
+    def _live(self) -> list[int]:
+        return sorted(self.model.labels)
+
+    @rule(data=st.data())
+    def admit(self, data: st.DataObject) -> None:
+        seq = data.draw(seq_specs(self.next_id))
+        self.next_id += 1
+        before = self.alloc.state_snapshot()
+        demand = self.alloc.demand_tokens(seq)
+        self.demand = demand
+        if self.alloc.admit(seq):
+            self.model.admit(seq)
+            if self.alloc.name == "paged":
+                assert self.alloc.prefix_hit_tokens(seq.seq_id) <= seq.prompt_tokens
+            return
+        assert self.alloc.state_snapshot() == before, "a refused admit changed state"
+        # refused only when it had to be
+        if isinstance(self.alloc, SlabAllocator):
+            fits_policy = seq.prompt_tokens <= self.alloc.reservation_tokens(seq)
+            assert not fits_policy or self.alloc.hole_stats()["max_tokens"] < demand
+        else:
+            too_long = self.alloc.max_model_len is not None and seq.prompt_tokens > self.alloc.max_model_len
+            assert too_long or demand > self.alloc.pool.num_free * self.alloc.block_size
+
+    @precondition(lambda self: self.model.labels)
+    @rule(data=st.data(), num_tokens=st.integers(1, 20))
+    def grow(self, data: st.DataObject, num_tokens: int) -> None:
+        live = self._live()
+        chosen = data.draw(st.lists(st.sampled_from(live), min_size=1, max_size=len(live), unique=True))
+        ids = np.array(chosen, dtype=np.int64)
+        uniform = self.alloc.max_uniform_growth(ids, num_tokens)
+        assert 0 <= uniform <= num_tokens
+        if uniform < num_tokens:  # exact: one more token would make someone fail
+            probe = copy.deepcopy(self.alloc)
+            assert probe.grow(ids, uniform + 1).size > 0, "max_uniform_growth is not maximal"
+        before = {sid: self.model.length(sid) for sid in chosen}
+        failed = set(self.alloc.grow(ids, num_tokens).tolist())
+        assert failed <= set(chosen)
+        if uniform == num_tokens:
+            assert not failed, "grow failed although max_uniform_growth allowed it"
+        for sid in chosen:
+            if sid not in failed:
+                self.model.grow(sid, num_tokens)
+        lengths = self.alloc.lengths_tokens
+        for sid in chosen:
+            assert lengths[sid] == before[sid] + (0 if sid in failed else num_tokens)
+
+    @precondition(lambda self: self.model.labels)
+    @rule(data=st.data(), limit=st.integers(1, 200))
+    def uniform_jump(self, data: st.DataObject, limit: int) -> None:
+        """The engine's multi-iteration jump: grow by exactly max_uniform_growth, which must succeed."""
+        live = self._live()
+        chosen = data.draw(st.lists(st.sampled_from(live), min_size=1, max_size=len(live), unique=True))
+        ids = np.array(chosen, dtype=np.int64)
+        k = self.alloc.max_uniform_growth(ids, limit)
+        if k == 0:
+            return
+        assert self.alloc.grow(ids, k).size == 0
+        for sid in chosen:
+            self.model.grow(sid, k)
+
+    @precondition(lambda self: self.model.labels)
+    @rule(data=st.data())
+    def release(self, data: st.DataObject) -> None:
+        sid = data.draw(st.sampled_from(self._live()))
+        self.alloc.release(sid)
+        self.model.release(sid)
+
+    @precondition(lambda self: self.model.labels)
+    @rule(data=st.data())
+    def fork(self, data: st.DataObject) -> None:
+        parent = data.draw(st.sampled_from(self._live()))
+        child = SeqSpec(
+            seq_id=self.next_id,
+            prompt_tokens=self.model.prompt_tokens[parent],
+            max_tokens=data.draw(st.integers(1, 60)),
+            output_tokens=data.draw(st.integers(1, 70)),
+        )
+        self.next_id += 1
+        before = self.alloc.state_snapshot()
+        if self.alloc.fork(parent, child):
+            self.model.fork(parent, child)
+        else:
+            assert self.alloc.state_snapshot() == before, "a refused fork changed state"
+
+    @rule(demand=st.integers(0, 120))
+    def set_next_demand(self, demand: int) -> None:
+        self.demand = demand
+
+    @invariant()
+    def consistent(self) -> None:
+        if self.alloc is None:
+            return
+        if isinstance(self.alloc, SlabAllocator):
+            check_contiguous(self.alloc, self.model, self.demand)
+        else:
+            check_paged(self.alloc, self.model)
+
+    def teardown(self) -> None:
+        if self.alloc is None:
+            return
+        for sid in self._live():
+            self.alloc.release(sid)
+            self.model.release(sid)
+        check_all_free(self.alloc)
+
+
+def _machine_test(name: str) -> type:
+    machine = type(f"Machine_{name}", (AllocatorMachine,), {"allocator_name": name})
+    machine.TestCase.settings = settings(settings(), stateful_step_count=25)
+    return machine.TestCase
+
+
+TestContiguousMachine = _machine_test("contiguous")
+TestRequestLimitMachine = _machine_test("request_limit")
+TestPagedMachine = _machine_test("paged")
+TestVirtualMachine = _machine_test("virtual")
+
+
+def test_every_allocator_has_a_machine() -> None:
+    from allocators import available
+
+    assert set(PARAM_STRATEGIES) == set(available())

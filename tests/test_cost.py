@@ -1,0 +1,256 @@
+"""Cost model: hand-checked step times, the k-step closed form against stepping, calibration profiles."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
+
+from sim.config import Scenario, default_scenario
+from sim.cost import CostModel, analytic_layout_factor, load_calibration, prefill_attention_pairs
+from sim.errors import user_error_types
+
+PROFILE = Path(__file__).resolve().parent / "data" / "calibration_small.json"
+OPT13B_WEIGHT_BYTES = 12_853_473_280 * 2
+OPT13B_KV_BYTES_PER_TOKEN = 819_200
+A100_40_HBM = 1.555e12
+A100_40_FLOPS = 312e12
+
+
+def _scenario(**overrides: object) -> Scenario:
+    return default_scenario().with_overrides(**overrides)
+
+
+def _stepwise(cost: CostModel, n: int, context: int, k: int) -> list[float]:
+    return [cost.step_time_s(0, n, context + i * n) for i in range(k)]
+
+
+# --- the analytic roofline by hand ----------
+
+
+def test_decode_step_is_memory_bound_and_matches_hand_computation() -> None:
+    cost = CostModel.from_scenario(default_scenario())  # paged, block 16, efficiencies 0.8 / 0.5
+    context = 10 * 500
+    layout = 1 + 0.02 + 0.18 / 16
+    memory = (OPT13B_WEIGHT_BYTES + context * OPT13B_KV_BYTES_PER_TOKEN * layout) / (A100_40_HBM * 0.8)
+    compute = (10 * 2 * 12_853_473_280 + context * 4 * 40 * 40 * 128) / (A100_40_FLOPS * 0.5)
+    assert memory > compute
+    assert cost.step_time_s(0, 10, context) == pytest.approx(memory + 0.002, rel=1e-12)
+
+
+def test_prefill_step_is_compute_bound_and_counts_attention_pairs() -> None:
+    cost = CostModel.from_scenario(default_scenario())
+    pairs = prefill_attention_pairs(2000)
+    compute = (2000 * 2 * 12_853_473_280 + pairs * 4 * 40 * 40 * 128) / (A100_40_FLOPS * 0.5)
+    assert cost.step_time_s(2000, 0, 0, pairs) == pytest.approx(compute + 0.002, rel=1e-12)
+    assert cost.step_time_s(2000, 0, 0, pairs) > cost.step_time_s(2000, 0, 0)
+
+
+def test_prefill_attention_pairs_by_hand() -> None:
+    assert prefill_attention_pairs(4) == 4 + 3 + 2 + 1
+    assert prefill_attention_pairs(2, 3) == 4 + 5  # the two new tokens see 4 and 5 keys
+    assert prefill_attention_pairs(np.array([4, 2]), np.array([0, 3])).tolist() == [10, 9]
+
+
+def test_empty_step_takes_no_time_and_constant_mode_ignores_load() -> None:
+    cost = CostModel.from_scenario(default_scenario())
+    assert cost.step_time_s(0, 0, 0) == 0.0
+    constant = CostModel.from_scenario(_scenario(constant_step_s="25ms"))
+    assert constant.step_time_s(0, 3, 900) == pytest.approx(0.025)
+    assert constant.step_time_s(4000, 100, 10**6) == pytest.approx(0.025)
+    assert constant.decode_steps_time_s(7, 100, 40) == pytest.approx(40 * 0.025)
+    assert constant.source == "constant"
+
+
+def test_tensor_parallelism_splits_weights_and_kv() -> None:
+    one = CostModel.from_scenario(_scenario(model="Llama-3-70B", gpu="H100-80GB", tensor_parallel_size=4))
+    assert one.weight_bytes == math.ceil(70_553_706_496 * 2 / 4)
+    assert one.kv_bytes_per_token == 2 * 80 * (8 // 4) * 128 * 2
+    assert one.flops_per_token == pytest.approx(2 * 70_553_706_496 / 4)
+
+
+def test_layout_factor_shrinks_with_block_size() -> None:
+    factors = [analytic_layout_factor(b) for b in (1, 2, 8, 16, 32, 128)]
+    assert factors[0] == pytest.approx(1.2)
+    assert factors == sorted(factors, reverse=True)
+    assert 1.02 < analytic_layout_factor(16) < 1.04
+    assert CostModel.from_scenario(_scenario(allocator="contiguous")).layout_factor == 1.0
+    assert CostModel.from_scenario(_scenario(kv_layout_factor=1.25)).layout_factor == 1.25
+    with pytest.raises(ValueError):
+        analytic_layout_factor(0)
+
+
+def test_paged_reads_kv_slower_than_contiguous_without_profile() -> None:
+    paged = CostModel.from_scenario(_scenario(block_size=1))
+    contiguous = CostModel.from_scenario(_scenario(allocator="contiguous"))
+    assert paged.kv_read_time_s(8, 8000) == pytest.approx(1.2 * contiguous.kv_read_time_s(8, 8000))
+    assert paged.kv_read_time_s(0, 0) == 0.0
+
+
+def test_swap_time_uses_pcie() -> None:
+    cost = CostModel.from_scenario(default_scenario())
+    assert cost.swap_time_s(1000) == pytest.approx(1000 * OPT13B_KV_BYTES_PER_TOKEN / 32e9)
+    assert cost.swap_time_s(0) == 0.0
+
+
+# --- k decode steps at once == stepping one at a time ----------
+
+
+def test_closed_form_crosses_from_compute_to_memory_bound() -> None:
+    cost = CostModel.from_scenario(_scenario(max_num_seqs=256))
+    n, context, k = 256, 256 * 10, 400
+    steps = _stepwise(cost, n, context, k)
+    first_compute = cost.compute_time_s(n, context) + cost.step_overhead_s
+    last_memory = cost.memory_time_s(n, context + (k - 1) * n) + cost.step_overhead_s
+    assert steps[0] == pytest.approx(first_compute)  # starts compute-bound...
+    assert steps[-1] == pytest.approx(last_memory)  # ...ends memory-bound
+    assert cost.decode_steps_time_s(n, context, k) == pytest.approx(math.fsum(steps), rel=1e-9)
+    assert np.allclose(cost.decode_step_durations_s(n, context, k), steps, rtol=1e-12)
+
+
+@given(
+    n=st.integers(1, 512),
+    context_per_seq=st.integers(0, 4096),
+    k=st.integers(0, 3000),
+    hbm=st.floats(0.05, 1.0),
+    flops=st.floats(0.01, 1.0),
+    block=st.sampled_from([1, 8, 16, 32]),
+    use_profile=st.booleans(),
+)
+@example(n=256, context_per_seq=10, k=3000, hbm=0.8, flops=0.5, block=16, use_profile=False)
+@example(n=256, context_per_seq=10, k=3000, hbm=0.8, flops=0.5, block=16, use_profile=True)
+def test_closed_form_equals_stepwise_sum(
+    n: int, context_per_seq: int, k: int, hbm: float, flops: float, block: int, use_profile: bool
+) -> None:
+    scenario = _scenario(
+        hbm_efficiency=hbm,
+        flops_efficiency=flops,
+        block_size=block,
+        calibration=str(PROFILE) if use_profile else None,
+    )
+    cost = CostModel.from_scenario(scenario)
+    context = n * context_per_seq
+    expected = math.fsum(_stepwise(cost, n, context, k))
+    assert cost.decode_steps_time_s(n, context, k) == pytest.approx(expected, rel=1e-9, abs=1e-15)
+
+
+@given(
+    n=st.integers(1, 300),
+    context_per_seq=st.integers(0, 2000),
+    k=st.integers(0, 800),
+    v0=st.integers(0, 10**6),
+)
+def test_weighted_sum_is_the_time_integral_of_a_linear_quantity(
+    n: int, context_per_seq: int, k: int, v0: int
+) -> None:
+    cost = CostModel.from_scenario(_scenario())
+    context = n * context_per_seq
+    steps = _stepwise(cost, n, context, k)
+    expected = math.fsum(duration * (v0 + n * i) for i, duration in enumerate(steps))
+    got = cost.decode_steps_weighted_sum(n, context, k, float(v0), float(n))
+    assert got == pytest.approx(expected, rel=1e-9, abs=1e-12)
+
+
+def test_steps_within_budget_is_the_largest_k_that_fits() -> None:
+    cost = CostModel.from_scenario(_scenario())
+    n, context = 50, 50 * 300
+    budget = 3.0
+    k = cost.decode_steps_within_s(n, context, budget, 10_000)
+    assert cost.decode_steps_time_s(n, context, k) <= budget < cost.decode_steps_time_s(n, context, k + 1)
+    assert cost.decode_steps_within_s(n, context, 1e9, 123) == 123
+    assert cost.decode_steps_within_s(n, context, 0.0, 123) == 0
+
+
+# --- calibration profile ----------
+
+
+def test_profile_replaces_kv_read_with_the_paged_fit_at_the_nearest_block_size() -> None:
+    cost = CostModel.from_scenario(_scenario(block_size=12, calibration=str(PROFILE)))
+    assert cost.kv_fit is not None and cost.kv_fit.layout == "paged_shuffled"
+    assert cost.kv_fit.block_size == 16  # log-nearest to 12
+    assert cost.layout_factor == pytest.approx(1.11)  # the measured attention ratio at 16
+    assert cost.source.startswith("profile:Test GPU")
+    seqs, context, blocks = 8, 8 * 1000, 8 * 63
+    expected = 40 * (6e-6 + 2e-9 * blocks) + context * OPT13B_KV_BYTES_PER_TOKEN / 0.9e12
+    assert cost.kv_read_time_s(seqs, context, blocks) == pytest.approx(expected, rel=1e-12)
+    analytic = CostModel.from_scenario(_scenario(block_size=12))
+    assert cost.kv_read_time_s(seqs, context, blocks) != pytest.approx(analytic.kv_read_time_s(seqs, context))
+
+
+def test_profile_contiguous_family_uses_the_contiguous_fit() -> None:
+    cost = CostModel.from_scenario(_scenario(allocator="request_limit:oracle", calibration=str(PROFILE)))
+    assert cost.kv_fit is not None and cost.kv_fit.layout == "contiguous"
+    assert cost.layout_factor == 1.0
+    expected = 40 * (5e-6 + 1e-8 * 4) + 4000 * OPT13B_KV_BYTES_PER_TOKEN / 1.0e12  # one "block" per sequence
+    assert cost.kv_read_time_s(4, 4000, 250) == pytest.approx(expected, rel=1e-12)
+    assert cost.kv_read_time_s(4, 4000) == pytest.approx(expected, rel=1e-12)
+
+
+def test_profile_with_only_a_contiguous_fit_scales_it_by_the_ratio(tmp_path: Path) -> None:
+    profile = json.loads(PROFILE.read_text())
+    profile["fits"] = [f for f in profile["fits"] if f["layout"] == "contiguous"]
+    path = tmp_path / "contiguous_only.json"
+    path.write_text(json.dumps(profile))
+    paged = CostModel.from_scenario(_scenario(block_size=8, calibration=str(path)))
+    contiguous = CostModel.from_scenario(_scenario(allocator="contiguous", calibration=str(path)))
+    assert paged.layout_factor == pytest.approx(1.25)
+    assert paged.kv_read_time_s(4, 4000, 500) == pytest.approx(1.25 * contiguous.kv_read_time_s(4, 4000, 500))
+
+
+def test_profile_makes_step_time_follow_the_measured_bandwidth() -> None:
+    slow = CostModel.from_scenario(_scenario(calibration=str(PROFILE)))  # 0.9 TB/s measured for paged 16
+    fast = CostModel.from_scenario(_scenario())  # 1.555 TB/s x 0.8 x layout factor
+    assert slow.step_time_s(0, 64, 64 * 1500) > fast.step_time_s(0, 64, 64 * 1500)
+
+
+def _break(profile: dict, how: str) -> None:
+    if how == "version":
+        profile["schema_version"] = 99
+    elif how == "no_layout":
+        del profile["fits"][0]["layout"]
+    elif how == "a_s":
+        profile["fits"][1]["a_s"] = "fast"
+
+
+@pytest.mark.parametrize(
+    ("how", "expected"),
+    [
+        ("missing", "cannot read"),
+        ("not_json", "JSON"),
+        ("version", "schema_version"),
+        ("no_layout", "fits[0].layout"),
+        ("a_s", "fits[1].a_s"),
+    ],
+)
+def test_bad_profile_is_one_line_naming_the_file_and_key(tmp_path: Path, how: str, expected: str) -> None:
+    path = tmp_path / "profile.json"
+    if how == "not_json":
+        path.write_text("{not json")
+    elif how != "missing":
+        profile = json.loads(PROFILE.read_text())
+        _break(profile, how)
+        path.write_text(json.dumps(profile))
+    with pytest.raises(user_error_types()) as info:
+        load_calibration(path)
+    message = str(info.value)
+    assert "\n" not in message and "profile.json" in message and expected in message
+    with pytest.raises(user_error_types()):
+        CostModel.from_scenario(_scenario(calibration=str(path)))
+
+
+def test_gpu_default_profile_agrees_with_the_analytic_model() -> None:
+    profile_module = pytest.importorskip("gpu.profile")
+    scenario = default_scenario()
+    analytic = CostModel.from_scenario(scenario)
+    profile = profile_module.default_profile(scenario.gpu_spec().hbm_bandwidth_bytes_per_s, "A100 analytic")
+    profiled = CostModel.from_scenario(scenario, profile=profile)
+    assert profiled.source == "profile:A100 analytic (not measured)"
+    read_analytic, read_profiled = analytic.kv_read_time_s(32, 32_000), profiled.kv_read_time_s(32, 32_000)
+    assert read_profiled == pytest.approx(read_analytic, rel=0.15)
+    contiguous = CostModel.from_scenario(scenario.with_overrides(allocator="contiguous"), profile=profile)
+    assert contiguous.kv_read_time_s(32, 32_000) < read_profiled

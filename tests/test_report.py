@@ -1,0 +1,222 @@
+"""Report unit tests on fabricated results folders: files, table == summary.json, sweeps, bad folders."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from _report_helpers import (
+    CORE_FIGURES,
+    PNG_MAGIC,
+    assert_shown_equals,
+    markdown_summary_rows,
+    parse_html,
+    write_fake_run,
+)
+
+from sim import diagnosis
+from sim.cli import main
+from sim.errors import ResultsError
+from sim.figures import PART_COLORS, resample_steps
+from sim.report import FIGURE_FILES, TABLE_COLUMNS, format_value, report
+
+SHAPE_LIMITED = {"token_states": 20.0, "reservation": 10.0, "internal": 45.0, "external": 15.0}
+
+
+@pytest.fixture()
+def compare_dir(tmp_path: Path) -> Path:
+    base = tmp_path / "compare"
+    write_fake_run(
+        base / "contiguous", allocator="contiguous", share_pct=SHAPE_LIMITED, queue_peak=80, running_mean=5
+    )
+    write_fake_run(base / "paged", allocator="paged", seed=1)
+    write_fake_run(base / "request_limit", allocator="request_limit", seed=2, num_steps=1500)
+    return base
+
+
+def test_report_writes_html_markdown_and_nonempty_figures(compare_dir: Path) -> None:
+    path = report([compare_dir / "contiguous", compare_dir / "paged", compare_dir / "request_limit"])
+    assert path == compare_dir.resolve() / "report.html"
+    for name in CORE_FIGURES:
+        png = (compare_dir / "figures" / name).read_bytes()
+        assert png.startswith(PNG_MAGIC) and len(png) > 5_000
+    assert not (compare_dir / "figures" / FIGURE_FILES["rate_sweep"]).exists()
+    parsed = parse_html(path)
+    assert len(parsed.images) == len(CORE_FIGURES)
+    assert all(src.startswith("data:image/png;base64,") for src in parsed.images)
+    assert parsed.external_refs == []
+    assert "<script" not in path.read_text(encoding="utf-8")
+    markdown = (compare_dir / "report.md").read_text(encoding="utf-8")
+    for name in CORE_FIGURES:
+        assert f"](figures/{name})" in markdown
+    assert not list(compare_dir.glob(".kvsim-report-*")), "staging folder left behind"
+
+
+def test_summary_table_numbers_equal_summary_json(compare_dir: Path) -> None:
+    path = report([compare_dir])  # a compare folder stands for its run folders
+    summary_files = compare_dir.glob("*/summary.json")
+    summaries = {s["allocator"]: s["metrics"] for s in (json.loads(f.read_text()) for f in summary_files)}
+    parsed = parse_html(path)
+    assert sorted(label for label, _ in parsed.rows) == sorted(summaries)
+    for label, cells in parsed.rows:
+        assert [metric for metric, _, _ in cells] == [key for key, _, _ in TABLE_COLUMNS]
+        for (metric, raw, shown), (_, _, kind) in zip(cells, TABLE_COLUMNS, strict=True):
+            value = summaries[label][metric]
+            assert json.loads(raw) == value
+            assert shown == format_value(value, kind)
+            assert_shown_equals(shown, value)
+    md_rows = markdown_summary_rows(compare_dir / "report.md")
+    assert sorted(row[0] for row in md_rows) == sorted(summaries)
+    for row in md_rows:
+        assert len(row) == len(TABLE_COLUMNS) + 1
+        for shown, (key, _, _) in zip(row[1:], TABLE_COLUMNS, strict=True):
+            assert_shown_equals(shown, summaries[row[0]][key])
+
+
+def test_missing_values_show_as_dash(tmp_path: Path) -> None:
+    run_dir = write_fake_run(tmp_path / "run")
+    summary = json.loads((run_dir / "summary.json").read_text())
+    summary["metrics"]["p99_ttft_ms"] = None
+    (run_dir / "summary.json").write_text(json.dumps(summary))
+    parsed = parse_html(report([run_dir]))
+    shown = {metric: text for metric, _, text in parsed.rows[0][1]}
+    assert shown["p99_ttft_ms"] == "–"
+
+
+def test_same_allocator_twice_gets_distinct_labels(tmp_path: Path) -> None:
+    a = write_fake_run(tmp_path / "a", allocator="paged", max_model_len=2048)
+    b = write_fake_run(tmp_path / "b", allocator="paged", max_model_len=4096)
+    c = write_fake_run(tmp_path / "c", allocator="contiguous")
+    parsed = parse_html(report([a, b, c], output_dir=tmp_path / "out"))
+    labels = [label for label, _ in parsed.rows]
+    assert labels == ["paged (max_model_len=2048)", "paged (max_model_len=4096)", "contiguous"]
+
+
+def test_rate_sweep_adds_figure_5_and_later_report_removes_it(tmp_path: Path) -> None:
+    runs = []
+    for rate in (1.0, 2.0, 4.0):
+        for allocator in ("paged", "contiguous"):
+            runs.append(
+                write_fake_run(
+                    tmp_path / "sweep" / f"{allocator}-{rate}", allocator=allocator, request_rate=rate
+                )
+            )
+    out = tmp_path / "sweep"
+    html_path = report(runs, output_dir=out)
+    assert (out / "figures" / FIGURE_FILES["rate_sweep"]).read_bytes().startswith(PNG_MAGIC)
+    assert not (out / "figures" / FIGURE_FILES["block_size_sweep"]).exists()
+    parsed = parse_html(html_path)
+    assert len(parsed.images) == len(CORE_FIGURES) + 1
+    assert len(parsed.rows) == 6
+    assert "paged (request_rate=1.0)" in [label for label, _ in parsed.rows]
+    report(runs[:2], output_dir=out)  # not a sweep: the stale sweep figure must go
+    assert not (out / "figures" / FIGURE_FILES["rate_sweep"]).exists()
+
+
+def test_block_size_sweep_adds_waste_and_throughput_figure(tmp_path: Path) -> None:
+    runs = [write_fake_run(tmp_path / f"bs{b}", block_size=b, seed=b) for b in (8, 16, 32)]
+    report(runs, output_dir=tmp_path)
+    assert (tmp_path / "figures" / FIGURE_FILES["block_size_sweep"]).read_bytes().startswith(PNG_MAGIC)
+    assert not (tmp_path / "figures" / FIGURE_FILES["rate_sweep"]).exists()
+
+
+def _drop_metric(run_dir: Path, key: str) -> None:
+    summary = json.loads((run_dir / "summary.json").read_text())
+    del summary["metrics"][key]
+    (run_dir / "summary.json").write_text(json.dumps(summary))
+
+
+def _drop_step_column(run_dir: Path, column: str) -> None:
+    steps = pd.read_parquet(run_dir / "steps.parquet").drop(columns=[column])
+    steps.to_parquet(run_dir / "steps.parquet")
+
+
+BAD_FOLDERS = {
+    "missing_steps": (lambda d: (d / "steps.parquet").unlink(), "missing steps.parquet"),
+    "missing_summary": (lambda d: (d / "summary.json").unlink(), "missing summary.json"),
+    "old_summary": (lambda d: _drop_metric(d, "kv_external_pct"), "missing metrics kv_external_pct"),
+    "missing_column": (lambda d: _drop_step_column(d, "external"), "missing columns external"),
+    "corrupt_json": (lambda d: (d / "summary.json").write_text("{"), "not valid JSON"),
+    "corrupt_parquet": (lambda d: (d / "requests.parquet").write_bytes(b"nope"), "not a readable Parquet"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_FOLDERS))
+def test_bad_folder_gives_one_line_exit_2_and_no_report(
+    tmp_path: Path, case: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    good = write_fake_run(tmp_path / "good", allocator="paged")
+    bad = write_fake_run(tmp_path / "bad", allocator="contiguous")
+    damage, expected = BAD_FOLDERS[case]
+    damage(bad)
+    (tmp_path / "report.html").write_text("previous report")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["report", str(good), str(bad)])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1
+    assert expected in err and "bad" in err
+    assert (tmp_path / "report.html").read_text() == "previous report"
+    assert not (tmp_path / "report.md").exists() and not (tmp_path / "figures").exists()
+
+
+def test_missing_folder_and_empty_list(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["report", str(tmp_path / "nowhere")])
+    assert exit_info.value.code == 2
+    assert "nowhere: not a results folder" in capsys.readouterr().err
+    with pytest.raises(ResultsError, match="no results folders"):
+        report([])
+
+
+def test_cli_report_success(compare_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = compare_dir / "custom"
+    try:
+        main(["report", str(compare_dir), "--output", str(out)])
+    except SystemExit as exc:  # main returns on success, or exits 0
+        assert exc.code in (0, None)
+    assert "report written to" in capsys.readouterr().out
+    assert (out / "report.html").is_file() and (out / "report.md").is_file()
+
+
+def test_fabricated_diagnosis_shows_only_what_data_shows(compare_dir: Path) -> None:
+    html_text = report([compare_dir]).read_text(encoding="utf-8")
+    assert 'data-kind="shape_not_capacity"><strong>contiguous</strong>' in html_text
+    assert "so the limit was allocation shape, not capacity" in html_text
+    assert "<strong>paged</strong>" not in html_text.split('id="diagnosis"')[1].split("</ul>")[0]
+
+
+def test_no_diagnosis_says_so(tmp_path: Path) -> None:
+    run_dir = write_fake_run(tmp_path / "calm", allocator="paged")
+    html_text = report([run_dir]).read_text(encoding="utf-8")
+    assert diagnosis.NOTHING_TO_REPORT in html_text
+
+
+def test_resample_steps_keeps_short_tables_and_time_weighted_means() -> None:
+    rng = np.random.default_rng(3)
+    durations = rng.uniform(0.001, 0.1, 5000)
+    steps = pd.DataFrame(
+        {
+            "time_s": np.concatenate([[0.0], np.cumsum(durations)[:-1]]),
+            "duration_s": durations,
+            "flat": np.full(5000, 7.0),
+            "ramp": np.arange(5000, dtype=float),
+        }
+    )
+    short = resample_steps(steps.head(100), ["flat"])
+    assert len(short) == 100 and list(short.columns) == ["time_s", "flat"]
+    binned = resample_steps(steps, ["flat", "ramp"], max_points=50)
+    assert len(binned) <= 50
+    assert np.allclose(binned["flat"], 7.0)
+    assert binned["ramp"].is_monotonic_increasing
+    assert binned["time_s"].between(steps["time_s"].min(), steps["time_s"].max() + durations[-1]).all()
+
+
+def test_one_colour_per_part() -> None:
+    from allocators.base import BREAKDOWN_PARTS
+
+    assert tuple(PART_COLORS) == BREAKDOWN_PARTS
+    assert len(set(PART_COLORS.values())) == len(BREAKDOWN_PARTS)

@@ -1,0 +1,76 @@
+"""Open report.html in headless Chromium (Debian's package) through Playwright and check what a reader sees.
+
+Skipped with a reason when /usr/bin/chromium or Playwright is missing; `.ci/run` installs Chromium so
+it runs in CI. The screenshot lands in results/report_screenshot.png (results/ is git-ignored).
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from _report_helpers import write_fake_run
+
+from sim.report import report
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+SCREENSHOT = Path(__file__).resolve().parents[1] / "results" / "report_screenshot.png"
+
+
+def _playwright():
+    if not CHROMIUM.exists():
+        pytest.skip(f"Chromium not installed at {CHROMIUM} (apt-get install chromium; .ci/run does it)")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        pytest.skip("Playwright for Python is not installed (pip install playwright)")
+    return sync_playwright
+
+
+def test_report_renders_in_headless_chromium(tmp_path: Path) -> None:
+    sync_playwright = _playwright()
+    base = tmp_path / "compare"
+    share = {"token_states": 20.0, "reservation": 10.0, "internal": 45.0, "external": 15.0}
+    write_fake_run(
+        base / "contiguous", allocator="contiguous", share_pct=share, queue_peak=80, running_mean=5
+    )
+    write_fake_run(base / "paged", allocator="paged", seed=1)
+    write_fake_run(base / "request_limit", allocator="request_limit", seed=2)
+    html_path = report([base])
+
+    console_errors: list[str] = []
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True)
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 900})
+            page.on("console", lambda msg: console_errors.append(msg.text) if msg.type == "error" else None)
+            page.on("pageerror", lambda exc: console_errors.append(str(exc)))
+            page.on("requestfailed", lambda request: console_errors.append(f"request failed: {request.url}"))
+            page.goto(html_path.as_uri(), wait_until="load")
+            images = page.evaluate(
+                "Array.from(document.images).map(img => ({complete: img.complete, width: img.naturalWidth}))"
+            )
+            rows = page.locator("#summary tbody tr")
+            row_labels = [rows.nth(i).locator("td.label").inner_text() for i in range(rows.count())]
+            SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
+            temporary = SCREENSHOT.with_name(f".{SCREENSHOT.name}.tmp.png")
+            page.screenshot(path=str(temporary), full_page=True)
+            shutil.move(temporary, SCREENSHOT)
+        finally:
+            browser.close()
+
+    assert len(images) == 4
+    assert all(image["complete"] and image["width"] > 0 for image in images), images
+    assert sorted(row_labels) == ["contiguous", "paged", "request_limit"]
+    assert console_errors == []
+    assert SCREENSHOT.stat().st_size > 10_000

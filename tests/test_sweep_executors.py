@@ -1,0 +1,48 @@
+"""Backends: local processes retry cells whose worker dies; ordinary errors are returned, not retried."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import _sweep_helpers as helpers
+import pytest
+
+from sim.executors import ExecutorError, LocalProcessExecutor, check_backend_args, make_executor
+
+
+def test_local_pool_retries_a_task_whose_worker_died(tmp_path: Path) -> None:
+    executor = LocalProcessExecutor(2)
+    try:
+        outcomes = {
+            o.key: o
+            for o in executor.map_unordered(
+                helpers.square_or_die, [(str(i), (i, str(tmp_path))) for i in range(6)]
+            )
+        }
+        assert {k: o.value for k, o in outcomes.items()} == {str(i): i * i for i in range(6)}
+        assert all(o.ok for o in outcomes.values())
+        assert outcomes["3"].attempts == 2  # died once, then succeeded
+        assert executor.running == 0
+        # a task that always kills its worker ends as a failure, and the pool still works afterwards
+        [dead] = list(executor.map_unordered(helpers.always_die, [("x", 0)]))
+        assert not dead.ok and dead.attempts == 3 and "worker process died" in dead.error
+        [raised] = list(executor.map_unordered(helpers.raise_value_error, [("y", 5)]))
+        assert not raised.ok and raised.attempts == 1 and raised.error == "ValueError: bad value 5"
+    finally:
+        executor.close()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"jobs": 0, "scheduler": None, "dask_local": None}, "--jobs must be an integer >= 1"),
+        ({"jobs": None, "scheduler": None, "dask_local": -1}, "--dask-local must be an integer >= 1"),
+        ({"jobs": None, "scheduler": "tcp://x:1", "dask_local": 2}, "exclusive"),
+        ({"jobs": None, "scheduler": "localhost", "dask_local": None}, "tcp://HOST:PORT"),
+    ],
+)
+def test_bad_backend_flags(kwargs: dict, message: str) -> None:
+    with pytest.raises(ExecutorError, match=message):
+        check_backend_args(**kwargs)
+    with pytest.raises(ExecutorError, match=message):
+        make_executor(**kwargs)

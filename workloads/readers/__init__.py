@@ -1,0 +1,98 @@
+"""Real-trace readers, one registry of formats, and format detection from the file's content.
+
+Why detect from content rather than the file name: traces get renamed and re-exported; the header
+line (CSV), the first object's keys (JSON lines) or the magic bytes (Parquet) say what a file is.
+`fmt` overrides the detection.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from workloads.errors import WorkloadError
+from workloads.readers import azure, generic, mooncake
+from workloads.readers.common import TraceRead, check_on_bad_row, read_bytes
+from workloads.registry import Registry
+
+
+@dataclass(frozen=True)
+class TraceFormat:
+    """A readable format: `read(data, file, on_bad_row) -> TraceRead`."""
+
+    name: str
+    description: str
+    read: Callable[[bytes, str, str], TraceRead]
+
+
+FORMATS: Registry[TraceFormat] = Registry("format")
+for _fmt in (
+    TraceFormat(
+        "azure", "Azure LLM inference trace 2023 CSV (TIMESTAMP, ContextTokens, GeneratedTokens)", azure.read
+    ),
+    TraceFormat(
+        "mooncake", "Mooncake JSON lines (timestamp ms, input_length, output_length, hash_ids)", mooncake.read
+    ),
+    TraceFormat(
+        "csv", "generic CSV (arrival_s, prompt_tokens, output_tokens[, max_tokens, ...])", generic.read_csv
+    ),
+    TraceFormat("parquet", "generic Parquet with the generic CSV's columns", generic.read_parquet),
+    TraceFormat("jsonl", "generic JSON lines with the generic CSV's keys", generic.read_jsonl),
+    TraceFormat(
+        "sharegpt-lengths",
+        "length pairs (num_prefill_tokens, num_decode_tokens), no times",
+        generic.read_lengths,
+    ),
+):
+    FORMATS.add(_fmt.name, _fmt)
+
+UNKNOWN_HELP = (
+    "unknown format: expected an Azure CSV (TIMESTAMP, ContextTokens, GeneratedTokens), Mooncake JSON lines "
+    "(input_length, hash_ids), a generic CSV/Parquet/JSON lines (prompt_tokens, output_tokens"
+    "[, arrival_s]) or a lengths CSV (num_prefill_tokens, num_decode_tokens); choose one with --format"
+)
+
+
+def detect_format(data: bytes, file: str) -> str:
+    """The format name for a file's content, or a WorkloadError saying what was expected."""
+    if data[:4] == b"PAR1":
+        return "parquet"
+    text = data[:65536].decode("utf-8-sig", errors="replace")
+    first = next((line for line in text.splitlines() if line.strip()), "")
+    if first.lstrip().startswith("{"):
+        try:
+            record = json.loads(first)
+        except ValueError:
+            raise WorkloadError("not valid JSON", file=file, row=1 + text.splitlines().index(first)) from None
+        if mooncake.sniff(record):
+            return "mooncake"
+        if generic.sniff_generic(record):
+            return "jsonl"
+        raise WorkloadError(f"{UNKNOWN_HELP} (first object's keys: {', '.join(record)})", file=file)
+    header = [h.strip() for h in first.split(",")]
+    if azure.sniff(header):
+        return "azure"
+    if generic.sniff_generic(header):
+        return "csv"
+    if generic.sniff_lengths(header):
+        return "sharegpt-lengths"
+    shown = first if len(first) <= 60 else first[:57] + "..."
+    raise WorkloadError(f"{UNKNOWN_HELP} (first line: {shown!r})", file=file)
+
+
+def read_trace(
+    path: str | os.PathLike[str], *, fmt: str | None = None, on_bad_row: str = "error"
+) -> TraceRead:
+    """Read a trace into canonical columns; bad rows raise (or are skipped and counted)."""
+    on_bad_row = check_on_bad_row(on_bad_row)
+    file = str(path)
+    data = read_bytes(path)
+    name = fmt if fmt is not None else detect_format(data, file)
+    trace = FORMATS.get(name).read(data, file, on_bad_row)
+    trace.attrs["format"] = name
+    return trace
+
+
+__all__ = ["FORMATS", "TraceFormat", "TraceRead", "detect_format", "read_trace"]

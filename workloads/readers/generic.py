@@ -1,0 +1,114 @@
+"""Generic request tables in our own column names: CSV, Parquet or JSON lines; and length-only CSVs.
+
+Generic: `prompt_tokens`, `output_tokens`, usually `arrival_s` (seconds), optionally `max_tokens`,
+`prefix_group`, `prefix_tokens`, `session_id`, `turn`, `n`. A file's own `request_id` is not kept:
+request ids are always 0..N-1 in arrival order. Without `arrival_s`, load() draws arrivals.
+
+Length-only ("sharegpt-lengths"): the ShareGPT statistics CSV of sarathi-serve, `num_prefill_tokens`,
+`num_decode_tokens` -- (prompt, output) pairs without times, e.g. for `empirical(file)`.
+"""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pandas as pd
+
+from workloads.errors import WorkloadError
+from workloads.readers.common import TraceRead, csv_rows, decode, finish, jsonl_records, to_numbers
+from workloads.schema import RowCheck
+
+REQUIRED = ("prompt_tokens", "output_tokens")
+OPTIONAL = ("arrival_s", "max_tokens", "prefix_group", "prefix_tokens", "session_id", "turn", "n")
+LENGTH_COLUMNS = {"prompt_tokens": "num_prefill_tokens", "output_tokens": "num_decode_tokens"}
+
+
+def sniff_generic(header: list[str] | set[str]) -> bool:
+    return set(REQUIRED) <= set(header)
+
+
+def sniff_lengths(header: list[str] | set[str]) -> bool:
+    return set(LENGTH_COLUMNS.values()) <= set(header)
+
+
+def _require(have: list[str], need: tuple[str, ...] | list[str], file: str) -> None:
+    for column in need:
+        if column not in have:
+            raise WorkloadError(
+                f"missing column (have: {', '.join(map(str, have))})", file=file, field=column
+            )
+
+
+def _numeric(raw: np.ndarray | pd.Series, field: str) -> tuple[np.ndarray, RowCheck]:
+    """Numbers from a column: fast for numeric dtypes, text-aware (`not a number`) otherwise."""
+    if (
+        isinstance(raw, pd.Series)
+        and pd.api.types.is_numeric_dtype(raw)
+        and not pd.api.types.is_bool_dtype(raw)
+    ):
+        values = raw.to_numpy(dtype=np.float64, na_value=np.nan)
+        return values, RowCheck(field, np.isnan(values), lambda i: "missing value")
+    return to_numbers(np.asarray(raw, dtype=object), field)
+
+
+def _build(
+    columns: dict[str, np.ndarray | pd.Series],
+    line_numbers: np.ndarray,
+    file: str,
+    on_bad_row: str,
+    fmt: str,
+    extra: list[RowCheck],
+    names: dict[str, str] | None = None,
+    skipped: int = 0,
+) -> TraceRead:
+    table: dict[str, np.ndarray] = {}
+    checks = list(extra)
+    names = names or {}
+    for ours in (*OPTIONAL[:1], *REQUIRED, *OPTIONAL[1:]):
+        theirs = names.get(ours, ours)
+        if theirs in columns:
+            table[ours], check = _numeric(columns[theirs], theirs)
+            checks.append(check)
+    return finish(
+        pd.DataFrame(table), checks, line_numbers, file, names, on_bad_row, {"format": fmt}, skipped
+    )
+
+
+def read_csv(data: bytes, file: str, on_bad_row: str) -> TraceRead:
+    rows = csv_rows(decode(data, file), file)
+    _require(rows.header, REQUIRED, file)
+    return _build(rows.columns, rows.line_numbers, file, on_bad_row, "csv", rows.problems)
+
+
+def read_lengths(data: bytes, file: str, on_bad_row: str) -> TraceRead:
+    rows = csv_rows(decode(data, file), file)
+    _require(rows.header, list(LENGTH_COLUMNS.values()), file)
+    return _build(
+        rows.columns, rows.line_numbers, file, on_bad_row, "sharegpt-lengths", rows.problems, LENGTH_COLUMNS
+    )
+
+
+def read_jsonl(data: bytes, file: str, on_bad_row: str) -> TraceRead:
+    records, line_numbers, skipped = jsonl_records(decode(data, file), file, on_bad_row)
+    keys = list(records[0])
+    _require(keys, REQUIRED, file)
+    columns = {
+        key: np.array([r.get(key) for r in records], dtype=object)
+        for key in (*REQUIRED, *OPTIONAL)
+        if key in keys
+    }
+    return _build(columns, line_numbers, file, on_bad_row, "jsonl", [], skipped=skipped)
+
+
+def read_parquet(data: bytes, file: str, on_bad_row: str) -> TraceRead:
+    try:
+        frame = pd.read_parquet(io.BytesIO(data))
+    except Exception as exc:  # pyarrow raises several types for a damaged file
+        raise WorkloadError(f"not a readable Parquet file ({type(exc).__name__})", file=file) from None
+    if len(frame) == 0:
+        raise WorkloadError("no requests (zero rows)", file=file)
+    _require(list(frame.columns), REQUIRED, file)
+    columns = {key: frame[key] for key in (*REQUIRED, *OPTIONAL) if key in frame.columns}
+    # Parquet has no lines: "row" is the 1-based data row.
+    return _build(columns, np.arange(1, len(frame) + 1), file, on_bad_row, "parquet", [])
