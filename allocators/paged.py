@@ -74,6 +74,8 @@ class PagedAllocator:
         self.num_seq_blocks = np.zeros(0, dtype=np.int64)
         self.final_tokens = np.zeros(0, dtype=np.int64)
         self.prefix_hit = np.zeros(0, dtype=np.int64)
+        self.cow_flag = np.zeros(0, dtype=bool)  # last block may be a shared partial block (forks)
+        self._num_cow_flagged = 0
         self.block_table = np.full((0, 8), -1, dtype=np.int64)
 
     # ---- per-sequence arrays -------------------------------------------------------------
@@ -86,6 +88,7 @@ class PagedAllocator:
         self.num_seq_blocks = grown(self.num_seq_blocks, rows, 0)
         self.final_tokens = grown(self.final_tokens, rows, 0)
         self.prefix_hit = grown(self.prefix_hit, rows, 0)
+        self.cow_flag = grown(self.cow_flag, rows, False)
         self.block_table = grown(self.block_table, rows, -1)
 
     def _ensure_columns(self, num_blocks: int) -> None:
@@ -203,24 +206,32 @@ class PagedAllocator:
         return True
 
     # ---- growth ------------------------------------------------------------------------------
-    def _growth_needs(
+    def _cow_writers(self, seq_ids: np.ndarray, lengths: np.ndarray, have: np.ndarray) -> np.ndarray | None:
+        """Bool per sequence: its partial last block is shared (a write must copy it); None if no forks."""
+        if self._num_cow_flagged == 0:
+            return None
+        flagged = self.cow_flag[seq_ids]
+        if not flagged.any():
+            return None
+        cow = np.zeros(seq_ids.size, dtype=np.int64)
+        rows = np.flatnonzero(flagged & (lengths % self.block_size != 0))
+        last_blocks = self.block_table[seq_ids[rows], have[rows] - 1]
+        cow[rows] = self.pool.refcount[last_blocks] > 1
+        return cow
+
+    def _blocks_needed(
         self, seq_ids: np.ndarray, num_tokens: int
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(new blocks per sequence, copy-on-write flag, over max_model_len flag) for `num_tokens` more."""
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray | None]:
+        """(lengths, new blocks to append, copy-on-write 0/1 or None, over max_model_len or None)."""
         lengths = self.lengths_tokens[seq_ids]
+        extra = (lengths + (num_tokens + self.block_size - 1)) // self.block_size
         have = self.num_seq_blocks[seq_ids]
-        extra = ceil_div(lengths + num_tokens, self.block_size) - have
-        partial = (lengths % self.block_size != 0) & (have > 0)
-        cow = np.zeros(seq_ids.size, dtype=bool)
-        if partial.any():
-            rows = seq_ids[partial]
-            last_blocks = self.block_table[rows, have[partial] - 1]
-            cow[partial] = self.pool.refcount[last_blocks] > 1
-        if self.max_model_len is None:
-            over = np.zeros(seq_ids.size, dtype=bool)
-        else:
+        extra -= have
+        cow = self._cow_writers(seq_ids, lengths, have)
+        over = None
+        if self.max_model_len is not None and lengths.max() + num_tokens > self.max_model_len:
             over = lengths + num_tokens > self.max_model_len
-        return extra, cow, over
+        return lengths, extra, cow, over
 
     def grow(self, seq_ids: np.ndarray, num_tokens: int = 1) -> np.ndarray:
         """Grow each sequence by `num_tokens`; blocks go to sequences in the order given.
@@ -231,17 +242,32 @@ class PagedAllocator:
         seq_ids = np.asarray(seq_ids, dtype=np.int64)
         if num_tokens <= 0 or seq_ids.size == 0:
             return _EMPTY_IDS
-        extra, cow, over = self._growth_needs(seq_ids, num_tokens)
-        need = np.where(over, 0, extra + cow)
-        ok = ~over & ((need == 0) | (np.cumsum(need) <= self.pool.num_free))
-        if cow.any():
-            self._copy_on_write(seq_ids[ok & cow])
-        append = ok & (extra > 0)
-        if append.any():
-            self._append_blocks(seq_ids[append], extra[append])
-        grown_ids = seq_ids[ok]
+        lengths, extra, cow, over = self._blocks_needed(seq_ids, num_tokens)
+        need = extra if cow is None else extra + cow
+        if over is not None:
+            need = np.where(over, 0, need)
+        if over is None and int(need.sum()) <= self.pool.num_free:  # the common case: everyone grows
+            ok = None
+            grown_ids = seq_ids
+        else:
+            ok = (need == 0) | (np.cumsum(need) <= self.pool.num_free)
+            if over is not None:
+                ok &= ~over
+            grown_ids = seq_ids[ok]
+        if cow is not None:
+            writers = cow.astype(bool) if ok is None else cow.astype(bool) & ok
+            self._copy_on_write(seq_ids[writers])
+        append = extra > 0 if ok is None else (extra > 0) & ok
+        appending = np.flatnonzero(append)
+        if appending.size:
+            self._append_blocks(seq_ids[appending], extra[appending], num_tokens)
+        self.lengths_tokens[grown_ids] = lengths if ok is None else lengths[ok]
         self.lengths_tokens[grown_ids] += num_tokens
-        return seq_ids[~ok]
+        if self._num_cow_flagged:  # after a write, a sequence's last block is private
+            cleared = grown_ids[self.cow_flag[grown_ids]]
+            self.cow_flag[cleared] = False
+            self._num_cow_flagged -= cleared.size
+        return _EMPTY_IDS if ok is None else seq_ids[~ok]
 
     def _copy_on_write(self, writers: np.ndarray) -> None:
         """Each writer whose partial last block is still shared gets a private copy (rare: forks)."""
@@ -255,10 +281,15 @@ class PagedAllocator:
             self._copy_content(shared_block, copy, int(self.lengths_tokens[sid]) % self.block_size)
             self.block_table[sid, last_col] = copy
 
-    def _append_blocks(self, seq_ids: np.ndarray, counts: np.ndarray) -> None:
+    def _append_blocks(self, seq_ids: np.ndarray, counts: np.ndarray, num_tokens: int) -> None:
         """Give seq_ids[i] counts[i] fresh blocks at the end of its table, all in one scatter."""
-        total = int(counts.sum())
         have = self.num_seq_blocks[seq_ids]
+        if num_tokens <= self.block_size:  # at most one block each: no repeat needed
+            self._ensure_columns(int(have.max()) + 1)
+            self.block_table[seq_ids, have] = self.pool.allocate(seq_ids.size)
+            self.num_seq_blocks[seq_ids] = have + 1
+            return
+        total = int(counts.sum())
         self._ensure_columns(int((have + counts).max()))
         new_blocks = self.pool.allocate(total)
         rows = np.repeat(seq_ids, counts)
@@ -280,8 +311,8 @@ class PagedAllocator:
             limit = min(int(limit), int((self.max_model_len - lengths).min()))
             if limit <= 0:
                 return 0
-        _, cow, _ = self._growth_needs(seq_ids, 1)
-        free = self.pool.num_free - int(cow.sum())
+        cow = self._cow_writers(seq_ids, lengths, have)
+        free = self.pool.num_free - (0 if cow is None else int(cow.sum()))
 
         def blocks_needed(k: int) -> int:
             return int((ceil_div(lengths + k, self.block_size) - have).sum())
@@ -308,6 +339,9 @@ class PagedAllocator:
         freed = self.pool.release(blocks)
         self._drop_content(freed)
         self.block_table[seq_id, :count] = -1
+        if self.cow_flag[seq_id]:
+            self.cow_flag[seq_id] = False
+            self._num_cow_flagged -= 1
         self.live[seq_id] = False
         self.lengths_tokens[seq_id] = 0
         self.num_seq_blocks[seq_id] = 0
@@ -331,6 +365,11 @@ class PagedAllocator:
             self.pool.refcount[parent_blocks] += 1
         sid = child.seq_id
         self._ensure_rows(sid)
+        if not self.fork_copies and length % self.block_size:  # the partial last block is now shared
+            for holder in (parent_id, sid):
+                if not self.cow_flag[holder]:
+                    self.cow_flag[holder] = True
+                    self._num_cow_flagged += 1
         self._ensure_columns(count)
         self.block_table[sid, :count] = child_blocks
         self.live[sid] = True
@@ -358,8 +397,8 @@ class PagedAllocator:
         will = will_fill - lengths
         never = reserved - will_fill
         # a partial last block shared by forks is one physical block: count its empty slots once
-        partial = (lengths % bs != 0) & (have > 0)
-        if partial.any():
+        partial = (lengths % bs != 0) & (have > 0) if self._num_cow_flagged else None
+        if partial is not None and partial.any():
             last_blocks = self.block_table[ids[partial], have[partial] - 1]
             shared = self.pool.refcount[last_blocks] > 1
             if shared.any():

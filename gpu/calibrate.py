@@ -26,7 +26,7 @@ from gpu.kernels import DeviceLayout, DevicePlan, Kernels, all_name_expressions,
 from gpu.layouts import float32_to_bits, make_layout, random_values_f32
 from gpu.profile import SCHEMA_VERSION, save_profile, write_text_atomic
 from gpu.reference import bytes_and_flops
-from gpu.timing import GRAPH_BELOW_S, MIN_REPEATS, EventTimer, replicas_needed
+from gpu.timing import MIN_REPEATS, EventTimer, replicas_needed
 
 ESTIMATE_BYTES_PER_S = 3e12  # only to decide whether replicas are worth building (graph timing)
 CONTIGUOUS_POOL_BLOCK = 16  # contiguous slabs are laid out in 16-token blocks of the shared pool
@@ -96,7 +96,7 @@ def time_point(
     n_replicas = min(replicas_needed(cost.kv_bytes, timer.l2_bytes), capacity_blocks // layout.num_blocks)
     if point.kernel == "gather":  # outputs need disjoint replicas too (written bytes also pass L2)
         n_replicas = min(n_replicas, out_rows_capacity // max(layout.live_tokens, 1))
-    if cost.bytes / ESTIMATE_BYTES_PER_S > 4 * GRAPH_BELOW_S:  # long kernel: timed alone, no graph
+    if cost.bytes / ESTIMATE_BYTES_PER_S > 4 * timer.graph_below_s:  # long kernel: timed alone, no graph
         n_replicas = 1
     n_replicas = max(n_replicas, 1)
     launches: list[Callable[[], None]] = []
@@ -144,9 +144,16 @@ def run_calibration(
     max_point_bytes: int = MAX_POINT_BYTES,
     repeats: int = MIN_REPEATS,
     check: bool = True,
+    time_budget_s: float | None = None,
+    points: list[GridPoint] | None = None,
     log: Callable[[str], None] = print,
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """Steps 1-5 of the device procedure; returns (profile, raw rows). Needs a CUDA device."""
+    """Steps 1-5 of the device procedure; returns (profile, raw rows). Needs a CUDA device.
+
+    With `time_budget_s`, grid points left when the budget is spent are skipped (and counted in the
+    profile's device.skipped_points); the shape-major grid order keeps every fit group populated.
+    `points` replaces the grid (tests, custom sweeps).
+    """
     cp = require_cupy()
     props = device_properties()
     log("device: " + ", ".join(f"{k}={v}" for k, v in props.items()))
@@ -165,10 +172,16 @@ def run_calibration(
     read_bw, _ = timer.read_ceiling(kernels, min(4 * 2**30, max_point_bytes // 2), num_sms, repeats)
     log(f"ceilings: copy {copy_bw / 1e9:.0f} GB/s (read+write), streaming read {read_bw / 1e9:.0f} GB/s")
 
-    points = quick_grid(max_point_bytes) if quick else grid_points(max_point_bytes=max_point_bytes)
+    if points is None:
+        points = quick_grid(max_point_bytes) if quick else grid_points(max_point_bytes=max_point_bytes)
     buffers = _SharedBuffers(cp, rng, max_point_bytes, points)
     rows: list[dict[str, Any]] = []
+    skipped = 0
     for i, point in enumerate(points):
+        if time_budget_s is not None and time.perf_counter() - started > time_budget_s:
+            skipped = len(points) - i
+            log(f"grid: time budget of {time_budget_s:.0f} s spent, skipping the last {skipped} points")
+            break
         rows.append(
             time_point(
                 point, kernels=kernels, timer=timer, buffers=buffers, rng=rng, num_sms=num_sms,
@@ -186,6 +199,7 @@ def run_calibration(
             "seed": seed,
             "grid": "quick" if quick else "full",
             "max_point_bytes": max_point_bytes,
+            "skipped_points": skipped,
         },
         "ceilings": {"copy_bytes_per_s": copy_bw, "read_bytes_per_s": read_bw},
         "rows": rows,

@@ -88,14 +88,15 @@ def grid_points(
     """The grid, skipping points whose KV working set exceeds `max_point_bytes`.
 
     Contiguous points are timed once per shape (block size does not apply); paged points once per
-    block size. Shuffled pools are 4x the working set, capped at max_point_bytes.
+    block size. Shuffled pools are 4x the working set, capped at max_point_bytes. Shapes are the outer
+    loop, so a run cut short by its time budget still has every (kernel, layout, block size) group.
     """
     points: list[GridPoint] = []
-    for kernel in kernels:
-        for head_name in heads:
-            q_heads, kv_heads, head_dim = HEAD_CONFIGS[head_name]
-            for batch in batches:
-                for context in contexts_tokens:
+    for batch in batches:
+        for context in contexts_tokens:
+            for head_name in heads:
+                q_heads, kv_heads, head_dim = HEAD_CONFIGS[head_name]
+                for kernel in kernels:
                     base = dict(
                         kernel=kernel,
                         batch=batch,

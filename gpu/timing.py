@@ -62,6 +62,8 @@ def replicas_needed(working_set_bytes: int, l2_bytes: int, max_replicas: int = 3
 class EventTimer:
     """CUDA-event timer on one non-blocking stream, with an L2-flush buffer sized from the device."""
 
+    graph_below_s: float = GRAPH_BELOW_S  # kernels faster than this are timed as CUDA graphs
+
     def __init__(self, cupy: ModuleType, l2_bytes: int | None = None) -> None:
         self.cupy = cupy
         if l2_bytes is None:
@@ -89,7 +91,7 @@ class EventTimer:
         launches: Sequence[Callable[[], None]],
         *,
         repeats: int = MIN_REPEATS,
-        graph_below_s: float = GRAPH_BELOW_S,
+        graph_below_s: float | None = None,
     ) -> Timing:
         """Time `launches[0]`; if it takes < graph_below_s, time a graph of all `launches` instead.
 
@@ -97,6 +99,7 @@ class EventTimer:
         each must enqueue its kernels on the current stream.
         """
         repeats = max(int(repeats), MIN_REPEATS)
+        graph_below_s = self.graph_below_s if graph_below_s is None else graph_below_s
         with self.stream:
             launches[0]()  # warm-up: module load, first-touch
             self.stream.synchronize()

@@ -34,7 +34,7 @@ from sim.errors import KvsimError
 
 DEFAULT_MAX_MODEL_LENS: tuple[int, ...] = (2048, 4096, 8192, 16384, 32768)
 DEFAULT_REL_TOL = 0.05  # bisection stops when hi/lo - 1 <= this
-DEFAULT_BACKLOG_TOLERANCE = 0.05  # stable iff backlog growth <= this fraction of the arrival rate
+DEFAULT_BACKLOG_TOLERANCE = 0.05  # stable iff the queue grows by <= this fraction of the arrival rate
 SATURATION_BRACKET_HIGH = 1.25  # bracket high = this x the saturation run's request throughput
 BRACKET_RATIO = 64.0  # bracket low = high / this
 MAX_EXPANSIONS = 8  # times the bracket may be widened (x2 or /2) when an end is on the wrong side
@@ -84,61 +84,59 @@ class Slo:
         return " and ".join(parts)
 
 
-def backlog_growth_req_s(arrival_s: np.ndarray, finish_s: np.ndarray) -> float:
-    """Growth rate of requests in the system (waiting + running) over the 2nd half of the arrivals.
+def queue_slope_req_s(steps: Any, start_s: float, end_s: float) -> float:
+    """Least-squares slope of the waiting queue (requests/s) over steps with start_s <= time_s <= end_s.
 
-    N(t) = arrived by t - left by t. Over the window [T/2, T], T the last arrival, a server that
-    keeps up holds N roughly level; one that cannot grows it by (arrival rate - service rate) per
-    second. Rejected or unfinished requests must be given finish_s = their leaving time or +inf.
+    Each step row is weighted by its duration (a multi-iteration row stands for that long). A server
+    that keeps up holds the queue level (mostly empty); one that cannot grows it by (arrival rate -
+    admission rate) per second. A fit over the whole window, not two end points, keeps the noise of a
+    short run from deciding the verdict.
     """
-    arrival_s = np.asarray(arrival_s, dtype=np.float64)
-    finish_s = np.asarray(finish_s, dtype=np.float64)
-    if arrival_s.size < 2:
+    if len(steps) == 0 or end_s <= start_s:
         return 0.0
-    end_s = float(arrival_s.max())
-    start_s = end_s / 2.0
-    if end_s <= 0.0:
+    window = steps[(steps["time_s"] >= start_s) & (steps["time_s"] <= end_s)]
+    if len(window) < 2:
         return 0.0
-
-    def in_system(t: float) -> int:
-        return int(np.count_nonzero(arrival_s <= t) - np.count_nonzero(finish_s <= t))
-
-    return (in_system(end_s) - in_system(start_s)) / (end_s - start_s)
+    time_s = window["time_s"].to_numpy(dtype=np.float64)
+    queue = window["queue_length"].to_numpy(dtype=np.float64)
+    weights = np.maximum(window["duration_s"].to_numpy(dtype=np.float64), 1e-12)
+    mean_t = np.average(time_s, weights=weights)
+    mean_q = np.average(queue, weights=weights)
+    spread = float(np.sum(weights * (time_s - mean_t) ** 2))
+    if spread <= 0.0:
+        return 0.0
+    return float(np.sum(weights * (time_s - mean_t) * (queue - mean_q)) / spread)
 
 
 def judge_run(
     run: Any, rate_req_s: float, slo: Slo, backlog_tolerance: float = DEFAULT_BACKLOG_TOLERANCE
 ) -> tuple[bool, dict[str, Any]]:
-    """Is this rate sustainable? (SLO holds) and (no request rejected) and (backlog is stable).
+    """Is this rate sustainable? (SLO holds) and (no request rejected) and (the queue is stable).
 
-    Stable: requests in the system grow by at most `backlog_tolerance` x the arrival rate per second
-    over the second half of the arrivals (`backlog_growth_req_s`). Returns the verdict and the evidence.
+    Stable: the waiting queue's fitted slope over the second half of the arrivals (T/2 to T, T the
+    last arrival; `queue_slope_req_s`) is at most `backlog_tolerance` x the arrival rate.
+    Returns the verdict and the evidence it was judged on.
     """
     metrics = run.summary["metrics"]
-    requests = run.requests
-    rejected = (
-        requests["rejected"].to_numpy(dtype=bool) if "rejected" in requests else np.zeros(len(requests), bool)
-    )
-    finish_s = requests["finish_s"].to_numpy(dtype=np.float64, na_value=np.inf)
-    arrival_s = requests["arrival_s"].to_numpy(dtype=np.float64)
-    finish_s = np.where(rejected, arrival_s, np.where(np.isnan(finish_s), np.inf, finish_s))
-    growth = backlog_growth_req_s(arrival_s, finish_s)
+    arrival_s = run.requests["arrival_s"].to_numpy(dtype=np.float64)
+    last_arrival_s = float(arrival_s.max()) if arrival_s.size else 0.0
+    slope = queue_slope_req_s(run.steps, last_arrival_s / 2.0, last_arrival_s)
     evidence: dict[str, Any] = {
         "rate_req_s": rate_req_s,
         "p99_ttft_ms": _metric(metrics, "p99_ttft_ms"),
         "p99_tpot_ms": _metric(metrics, "p99_tpot_ms"),
         "mean_normalized_latency_s_per_token": _metric(metrics, "mean_normalized_latency_s_per_token"),
-        "backlog_growth_req_s": growth,
+        "queue_slope_req_s": slope,
         "queue_growth": _metric(metrics, "queue_growth"),
         "completed": int(metrics.get("completed", 0)),
-        "rejected": int(rejected.sum()),
+        "rejected": int(metrics.get("rejected", 0)),
         "request_throughput": _metric(metrics, "request_throughput"),
     }
     reasons = []
     if evidence["rejected"]:
         reasons.append(f"{evidence['rejected']} request(s) rejected")
-    if growth > backlog_tolerance * rate_req_s:
-        reasons.append(f"backlog grows {growth:.3g} req/s > {backlog_tolerance:g} x rate")
+    if slope > backlog_tolerance * rate_req_s:
+        reasons.append(f"queue grows {slope:.3g} req/s > {backlog_tolerance:g} x rate")
     checks = (
         (slo.ttft_p99_s, "p99_ttft_ms", 1e3, "p99 TTFT"),
         (slo.tpot_p99_s, "p99_tpot_ms", 1e3, "p99 TPOT"),
@@ -156,7 +154,7 @@ def judge_run(
         if value is None or not math.isfinite(value) or value > bound * scale:
             reasons.append(f"{label} {value:.4g} > {bound * scale:g}")
     evidence["ok"] = not reasons
-    evidence["reason"] = "; ".join(reasons) if reasons else "SLO met, backlog stable"
+    evidence["reason"] = "; ".join(reasons) if reasons else "SLO met, queue stable"
     return not reasons, evidence
 
 
@@ -273,6 +271,23 @@ def _sim_record(scenario: Any, run: Any, extra: Mapping[str, Any]) -> dict[str, 
     return record
 
 
+def sustained_concurrency(steps: Any) -> float:
+    """Time-weighted mean of running sequences over the steps during which requests were waiting.
+
+    In a saturation run that is the concurrency KV memory sustains once sequences grow to their real
+    lengths (a paged allocator admits on the prompt alone, so its momentary peak overstates it).
+    """
+    if len(steps) == 0:
+        return 0.0
+    waiting = steps[steps["queue_length"] > 0]
+    if len(waiting) == 0:  # nobody ever waited: every request ran at once
+        waiting = steps
+    weights = waiting["duration_s"].to_numpy(dtype=np.float64)
+    running = waiting["num_running"].to_numpy(dtype=np.float64)
+    total_s = float(weights.sum())
+    return float(running.mean()) if total_s <= 0 else float((running * weights).sum() / total_s)
+
+
 def _saturation(job: PlanJob) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Peak concurrency with every request arriving at t=0 and max_num_seqs lifted out of the way."""
     from sim.simulation import simulate
@@ -287,6 +302,7 @@ def _saturation(job: PlanJob) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         run = simulate(scenario)
         metrics = run.summary["metrics"]
         peak = int(metrics.get("max_concurrency", 0))
+        sustained = sustained_concurrency(run.steps)
         records.append(
             _sim_record(
                 scenario,
@@ -294,6 +310,7 @@ def _saturation(job: PlanJob) -> tuple[dict[str, Any], list[dict[str, Any]]]:
                 {
                     "purpose": "saturation",
                     "max_concurrency": peak,
+                    "sustained_concurrency": sustained,
                     "mean_concurrency": _metric(metrics, "mean_concurrency"),
                     "request_throughput": _metric(metrics, "request_throughput"),
                     "rejected": int(metrics.get("rejected", 0)),
@@ -306,6 +323,7 @@ def _saturation(job: PlanJob) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     limited_by = "memory" if peak < prompts else "num_prompts"
     result = {
         "max_concurrency": peak,
+        "sustained_concurrency": sustained,
         "concurrency_limited_by": limited_by,
         "saturation_throughput_req_s": records[-1]["request_throughput"],
     }
@@ -372,6 +390,26 @@ class CapacityPlan:
     target_rate_req_s: float | None
     rows: list[dict[str, Any]]
     failures: dict[str, str] = field(default_factory=dict)
+    backlog_tolerance: float = DEFAULT_BACKLOG_TOLERANCE
+
+    def gpu_plan(self) -> dict[str, dict[str, Any]]:
+        """Per allocator, the fewest GPUs that serve the target rate at the scenario's max_model_len."""
+        if self.target_rate_req_s is None:
+            return {}
+        base_len = self.scenario.get("max_model_len")
+        best: dict[str, dict[str, Any]] = {}
+        for row in self.rows:
+            if row["max_model_len"] != base_len or row.get("gpus_needed", -1) < 0:
+                continue
+            current = best.get(row["allocator"])
+            if current is None or row["gpus_needed"] < current["gpus"]:
+                best[row["allocator"]] = {
+                    "gpus": row["gpus_needed"],
+                    "replicas": row["replicas_needed"],
+                    "tensor_parallel_size": row["tensor_parallel_size"],
+                    "max_rate_per_replica_req_s": row["max_rate_req_s"],
+                }
+        return best
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -380,9 +418,10 @@ class CapacityPlan:
             "slo_text": self.slo.describe(),
             "target_rate_req_s": self.target_rate_req_s,
             "stability_rule": (
-                f"requests in system grow <= {DEFAULT_BACKLOG_TOLERANCE:g} x rate per second over the "
-                "second half of the arrivals, no request rejected, and the SLO holds"
+                f"waiting-queue slope over the second half of the arrivals <= {self.backlog_tolerance:g} x "
+                "rate, no request is rejected, and the SLO holds"
             ),
+            "gpus_needed": self.gpu_plan(),
             "rows": self.rows,
             "failures": self.failures,
         }
@@ -437,7 +476,8 @@ class CapacityPlan:
             "TP",
             "KV tokens",
             "vLLM max conc.",
-            "max concurrency",
+            "conc. peak",
+            "conc. sustained",
             "max rate req/s",
             "GPUs",
             "sims (seeds)",
@@ -459,6 +499,7 @@ class CapacityPlan:
                 f"{row['kv_capacity_tokens']:,}",
                 f"{row['vllm_max_concurrency_x']:.2f}x",
                 conc,
+                f"{row['sustained_concurrency']:.1f}",
                 rate_text,
                 "—" if gpus is None else ("∞" if gpus < 0 else str(gpus)),
                 f"{len(runs)} ({', '.join(map(str, seeds))})",
@@ -527,7 +568,9 @@ def capacity(
     `failures` with its one-line error instead of stopping the plan.
     """
     from sim.config import Scenario
-    from sim.executors import make_executor
+    from sim.executors import check_backend_args, make_executor
+
+    check_backend_args(jobs=jobs, scheduler=scheduler, dask_local=dask_local)
 
     if not isinstance(scenario, Scenario):
         scenario = Scenario.from_toml(Path(scenario))
@@ -604,6 +647,7 @@ def capacity(
         target_rate_req_s=target_rate_req_s,
         rows=rows,
         failures=failures,
+        backlog_tolerance=backlog_tolerance,
     )
 
 

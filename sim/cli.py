@@ -47,22 +47,12 @@ def main(argv: list[str] | None = None) -> None:
 
     app = build_app()
     try:
-        app(args=argv, standalone_mode=False)
+        # standalone mode: typer/click print usage errors themselves and exit 2; anything else
+        # raised inside a command propagates here.
+        app(args=argv, standalone_mode=True)
     except user_error_types() as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(2)
-    except typer.Exit as exc:
-        sys.exit(exc.exit_code)
-    except typer.Abort:
-        print("aborted", file=sys.stderr)
-        sys.exit(1)
-    except Exception as exc:  # click usage errors carry their own exit code (2)
-        import click
-
-        if isinstance(exc, click.ClickException):
-            exc.show()
-            sys.exit(exc.exit_code)
-        raise
 
 
 if __name__ == "__main__":

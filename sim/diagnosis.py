@@ -122,12 +122,25 @@ def reserved_but_unused(label: str, run: RunLike, t: Thresholds) -> Statement | 
     )
 
 
+def _waiting_mean(steps: pd.DataFrame, column: str) -> float:
+    """Time-weighted mean of a step column over the rows during which requests waited (NaN: never)."""
+    waiting = steps["queue_length"].to_numpy() > 0
+    weights = step_hold_s(steps) * waiting
+    if not waiting.any():
+        return math.nan
+    if weights.sum() <= 0:
+        weights = waiting.astype(float)
+    return float(np.average(steps[column].to_numpy(dtype=float), weights=weights))
+
+
 def concurrency_tracked_max_model_len(label: str, run: RunLike, t: Thresholds) -> Statement | None:
-    """Peak concurrency sat at capacity / max_model_len although actual lengths were far shorter."""
+    """While requests waited, concurrency sat at capacity / max_model_len although actual lengths were
+    far shorter: the allocator admitted by the worst case, not by what the requests needed."""
     max_model_len = (run.summary.get("scenario") or {}).get("max_model_len")
     metrics = run.summary["metrics"]
     capacity_tokens = float(metrics["kv_capacity_tokens"])
-    if not max_model_len or _max_queue(run) < 1:
+    max_queue = _max_queue(run)
+    if not max_model_len or max_queue < t.queue_min_requests:
         return None
     requests = run.requests
     served = requests[~requests["rejected"].astype(bool)]
@@ -135,20 +148,21 @@ def concurrency_tracked_max_model_len(label: str, run: RunLike, t: Thresholds) -
         return None
     mean_length_tokens = float((served["prompt_tokens"] + served["generated_tokens"]).mean())
     bound = math.floor(capacity_tokens / float(max_model_len))
-    max_concurrency = float(metrics["max_concurrency"])
+    waiting_concurrency = _waiting_mean(run.steps, "num_running")
     would_fit = capacity_tokens / max(mean_length_tokens, 1.0)
-    near_bound = abs(max_concurrency - bound) <= t.max_model_len_tolerance * bound
-    if bound < 1 or not near_bound or would_fit < t.actual_fit_factor * max_concurrency:
+    near_bound = abs(waiting_concurrency - bound) <= t.max_model_len_tolerance * bound
+    if bound < 1 or not near_bound or would_fit < t.actual_fit_factor * waiting_concurrency:
         return None
     return Statement(
         "concurrency_tracked_max_model_len",
         label,
-        f"admitted concurrency tracked max_model_len, not actual output lengths: it peaked at "
-        f"{max_concurrency:.0f} ≈ KV capacity / max_model_len = {capacity_tokens:.0f} / {int(max_model_len)} "
-        f"= {bound}, while requests averaged {mean_length_tokens:.0f} tokens, room for about {would_fit:.0f}",
-        f"requests waited, peak concurrency within ±{100 * t.max_model_len_tolerance:g} % of "
-        f"capacity / max_model_len, and "
-        f"actual lengths would fit ≥ {t.actual_fit_factor:g}× more sequences",
+        f"admitted concurrency tracked max_model_len, not actual output lengths: while up to {max_queue} "
+        f"requests waited it averaged {waiting_concurrency:.1f} ≈ KV capacity / max_model_len = "
+        f"{capacity_tokens:.0f} / {int(max_model_len)} = {bound}, although requests averaged "
+        f"{mean_length_tokens:.0f} tokens, room for about {would_fit:.0f}",
+        f"peak queue ≥ {t.queue_min_requests}, concurrency while requests waited within "
+        f"±{100 * t.max_model_len_tolerance:g} % of capacity / max_model_len, and actual lengths would fit "
+        f"≥ {t.actual_fit_factor:g}× more sequences",
     )
 
 
@@ -179,21 +193,45 @@ def high_waste(label: str, run: RunLike, t: Thresholds) -> Statement | None:
     )
 
 
+def backlog_growth_req_per_s(requests: pd.DataFrame) -> float:
+    """Growth of requests in the system (waiting + running) over the second half of the arrivals.
+
+    Why not the summary's `queue_growth`: a run with a fixed number of prompts drains at the end, so
+    a slope over the run's second half mixes overload with the drain. Over the arrival window a
+    server that keeps up holds its backlog level; one that cannot grows it by (arrival - service)
+    rate. Rejected requests leave at arrival; unfinished ones never leave.
+    """
+    arrival_s = requests["arrival_s"].to_numpy(dtype=float)
+    if len(arrival_s) < 2:
+        return 0.0
+    rejected = requests["rejected"].to_numpy(dtype=bool)
+    finish_s = requests["finish_s"].to_numpy(dtype=float, copy=True)
+    finish_s[rejected] = arrival_s[rejected]
+    finish_s[~np.isfinite(finish_s)] = np.inf
+    end_s = float(arrival_s.max())
+    start_s = end_s / 2.0
+    if end_s <= 0.0:
+        return 0.0
+    arrived, left = np.sort(arrival_s), np.sort(finish_s)
+
+    def in_system(at_s: float) -> int:
+        return int(np.searchsorted(arrived, at_s, side="right") - np.searchsorted(left, at_s, side="right"))
+
+    return (in_system(end_s) - in_system(start_s)) / (end_s - start_s)
+
+
 def queue_growth(label: str, run: RunLike, t: Thresholds) -> Statement | None:
-    """The queue kept growing: arrivals outpaced what this allocator let the server serve."""
-    growth = run.summary["metrics"]["queue_growth"]
-    if (
-        growth is None
-        or not float(growth) >= t.queue_growth_req_per_s
-        or _max_queue(run) < t.queue_min_requests
-    ):
+    """The backlog kept growing while requests arrived: arrivals outpaced what the server served."""
+    growth = backlog_growth_req_per_s(run.requests)
+    if not growth >= t.queue_growth_req_per_s or _max_queue(run) < t.queue_min_requests:
         return None
     return Statement(
         "queue_growth",
         label,
-        f"the queue kept growing by {float(growth):.2f} requests/s over the second half of the run: "
-        "arrivals outpaced service at this request rate",
-        f"queue growth ≥ {t.queue_growth_req_per_s:g} requests/s and peak queue ≥ {t.queue_min_requests}",
+        f"requests in the system grew by {growth:.2f}/s over the second half of the arrivals and the "
+        f"queue peaked at {_max_queue(run)}: arrivals outpaced service at this request rate",
+        f"backlog growth ≥ {t.queue_growth_req_per_s:g} requests/s over the second half of the arrivals "
+        f"and peak queue ≥ {t.queue_min_requests}",
     )
 
 

@@ -35,14 +35,24 @@ from allocators.base import Allocator, Layout
 from sim.metrics import RequestLog, StepRecorder, TimeIntegrals
 from sim.scheduler import RequestInfo, Scheduler
 
-REQUIRED_COLUMNS: tuple[str, ...] = ("request_id", "arrival_s", "prompt_tokens", "output_tokens", "max_tokens")
+REQUIRED_COLUMNS: tuple[str, ...] = (
+    "request_id",
+    "arrival_s",
+    "prompt_tokens",
+    "output_tokens",
+    "max_tokens",
+)
 
 
 class CostModel(Protocol):
     """What the engine asks of sim.cost.CostModel (fakes in tests implement the same four calls)."""
 
     def step_time_s(
-        self, prefill_tokens: int, num_decode_seqs: int, decode_context_tokens: int, prefill_context_tokens: int = 0
+        self,
+        prefill_tokens: int,
+        num_decode_seqs: int,
+        decode_context_tokens: int,
+        prefill_context_tokens: int = 0,
     ) -> float: ...
 
     def decode_steps_time_s(self, num_decode_seqs: int, context_tokens_sum: int, k: int) -> float: ...
@@ -50,6 +60,10 @@ class CostModel(Protocol):
     def decode_steps_weighted_sum(
         self, num_decode_seqs: int, context_tokens_sum: int, k: int, value_0: float, value_slope: float
     ) -> float: ...
+
+    def decode_step_durations_s(
+        self, num_decode_seqs: int, context_tokens_sum: int, k: int
+    ) -> np.ndarray: ...
 
     def swap_time_s(self, tokens: int) -> float: ...
 
@@ -73,7 +87,9 @@ class EngineConfig:
             if getattr(self, name) < 1:
                 raise ValueError(f"EngineConfig.{name} must be >= 1 (got {getattr(self, name)})")
         if self.preemption_mode not in ("recompute", "swap"):
-            raise ValueError(f"EngineConfig.preemption_mode must be recompute|swap (got {self.preemption_mode!r})")
+            raise ValueError(
+                f"EngineConfig.preemption_mode must be recompute|swap (got {self.preemption_mode!r})"
+            )
 
 
 @dataclass(slots=True)
@@ -217,6 +233,7 @@ class Engine:
         self._arrival_sleep: tuple[simpy.Process, float] | None = None
         self.source.on_push = self._on_push
         self._arrivals_proc: simpy.Process | None = None
+        self._next_export = 0  # iteration at which the next layout snapshot is due
 
     # -- SimPy processes -----------------------------------------------------------------------------------
 
@@ -265,8 +282,10 @@ class Engine:
         integrals, recorder = self.integrals, self.recorder
         multi_step = config.multi_step
         export_every = config.export_layouts_every
-        next_export = 0
         progress_every = config.progress_every_turns
+        # Optional allocator hook: exact sum_i d_i x parts(i) over a jump, for allocators whose parts
+        # are step functions of growth (blocks, pages). Without it the parts are interpolated.
+        exact_integral = getattr(alloc, "breakdown_integral", None)
         while True:
             now = env.now
             self._release_due(now)
@@ -283,22 +302,26 @@ class Engine:
             n_dec = sched.num_decode
             ctx0 = sched.decode_context_tokens()
             it0 = sched.it
-            iterations = 1
+            iterations, step_durations = 1, None
             if multi_step and plan.decode_only:
-                iterations = self._jump_length(now, n_dec, ctx0)
+                iterations, step_durations = self._jump_length(now, n_dec, ctx0)
             demand = sched.next_demand_tokens()
             first = alloc.breakdown(demand)
-            if iterations == 1:
+            if step_durations is None:
                 duration = cost.step_time_s(plan.prefill_tokens, n_dec, ctx0, plan.prefill_context_tokens)
                 if plan.swap_tokens:
                     duration += cost.swap_time_s(plan.swap_tokens)
                 integrals.add_constant(first, duration)
             else:
-                duration = cost.decode_steps_time_s(n_dec, ctx0, iterations)
-                index_weighted = cost.decode_steps_weighted_sum(n_dec, ctx0, iterations, 0.0, 1.0)
-                sched.grow_uniform(iterations - 1)
-                last = alloc.breakdown(demand)
-                integrals.add_linear(first, last, iterations, duration, index_weighted)
+                duration = float(step_durations.sum())
+                if exact_integral is not None:
+                    integrals.add_sums(exact_integral(sched.decode_ids(), step_durations, demand))
+                    sched.grow_uniform(iterations - 1)
+                else:
+                    index_weighted = float(np.dot(np.arange(iterations, dtype=np.float64), step_durations))
+                    sched.grow_uniform(iterations - 1)
+                    last = alloc.breakdown(demand)
+                    integrals.add_linear(first, last, iterations, duration, index_weighted)
             num_seqs = sched.num_seqs
             integrals.add_running(num_seqs, duration)
             queue_length = sched.queue_length
@@ -327,50 +350,51 @@ class Engine:
                 )
             else:
                 recorder.skip()
-            if export_every is not None and it0 >= next_export:
+            if export_every is not None and it0 >= self._next_export:
                 self._export_layout(it0, now, n_dec, ctx0, duration / iterations)
-                next_export = (it0 // export_every + 1) * export_every
+                self._next_export = (it0 // export_every + 1) * export_every
             if progress_every and self.progress is not None and self.turns % progress_every == 0:
                 self.progress(now, self.log.num_done, len(self.requests))
             if duration > 0:
                 yield env.timeout(duration)
             sched.complete(iterations, plan, env.now)
 
-    def _jump_length(self, now: float, n_dec: int, ctx0: int) -> int:
-        """How many decode-only iterations to take at once (>= 1), exactly as stepping would."""
+    def _jump_length(self, now: float, n_dec: int, ctx0: int) -> tuple[int, np.ndarray | None]:
+        """How many decode-only iterations to take at once (>= 1), and their durations when > 1.
+
+        One vectorised call prices the candidate iterations; the next arrival is seen at the first
+        iteration that starts at or after it, so iterations starting before it are counted with a
+        search over the cumulative durations.
+        """
         sched = self.sched
         limit = sched.iterations_to_next_finish()
+        if self.config.export_layouts_every is not None:  # stop where the next snapshot is due
+            limit = min(limit, max(1, self._next_export - sched.it))
         if limit <= 1:
-            return 1
+            return 1, None
+        gap_s = math.inf
         if not sched.waiting and not sched.swapped:
-            # Nobody waits: the next arrival would be admitted at the first iteration starting at/after it.
-            next_s = self.source.peek_s()
-            if next_s < math.inf:
-                limit = min(limit, self._iterations_before(next_s - now, n_dec, ctx0, limit))
+            # Nobody waits, so the next arrival would be admitted; with a blocked head of queue,
+            # arrivals change nothing until something is released (a finish, which bounds k anyway).
+            gap_s = self.source.peek_s() - now
+            first_s = self.cost.step_time_s(0, n_dec, ctx0)
+            if first_s > 0 and gap_s < math.inf:  # durations never shrink: T(i) >= i * first_s
+                limit = min(limit, int(gap_s / first_s) + 1)
                 if limit <= 1:
-                    return 1
-        # (With a blocked head of queue, arrivals cannot change anything until a release.)
+                    return 1, None
         grow = int(self.alloc.max_uniform_growth(sched.decode_ids(), limit - 1))
-        return max(1, min(limit, 1 + grow))
-
-    def _iterations_before(self, gap_s: float, n_dec: int, ctx0: int, cap: int) -> int:
-        """Number of iterations i in [0, cap) that start before `gap_s`: #{i : T(i) < gap_s}, T(0) = 0."""
-        if gap_s <= 0:
-            return 1
-        total = self.cost.decode_steps_time_s
-        first_s = self.cost.step_time_s(0, n_dec, ctx0)
-        # T is increasing; T(i) >= i * first_s, so the answer is at most gap/first_s + 1.
-        hi = cap - 1 if first_s <= 0 else min(cap - 1, int(gap_s / first_s) + 1)
-        if total(n_dec, ctx0, hi) < gap_s:
-            return hi + 1
-        lo = 0  # T(lo) < gap <= T(hi)
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            if total(n_dec, ctx0, mid) < gap_s:
-                lo = mid
-            else:
-                hi = mid
-        return lo + 1
+        limit = min(limit, 1 + grow)
+        if limit <= 1:
+            return 1, None
+        durations = self.cost.decode_step_durations_s(n_dec, ctx0, limit)
+        if gap_s < math.inf:
+            # Iteration i (i >= 1) starts at T(i) = sum(durations[:i]); it is decode-only if T(i) < gap.
+            starts = np.cumsum(durations[:-1])
+            limit = 1 + int(np.searchsorted(starts, gap_s, side="left"))
+            if limit <= 1:
+                return 1, None
+            durations = durations[:limit]
+        return limit, durations
 
     def _export_layout(self, step: int, now: float, n_dec: int, ctx0: int, step_s: float) -> None:
         kv_read_s = math.nan
@@ -389,7 +413,9 @@ class Engine:
         wall_s = time.perf_counter() - wall_start
         sched, log = self.sched, self.log
         if log.num_done != len(self.requests):
-            raise AssertionError(f"engine stopped with {len(self.requests) - log.num_done} requests unfinished")
+            raise AssertionError(
+                f"engine stopped with {len(self.requests) - log.num_done} requests unfinished"
+            )
         requests = log.to_frame(self.requests)
         totals: dict[str, Any] = {
             "duration_s": float(env.now),

@@ -58,15 +58,17 @@ PART_LABELS: dict[str, str] = {
     "free": "free",
 }
 # Allocators get their own cycle (never a taxonomy colour), in the order the runs are given.
+# Dark enough to read on white and in grey print; different line styles tell identical curves apart.
 ALLOCATOR_COLORS: tuple[str, ...] = (
     "#0072B2",
     "#000000",
-    "#F0E442",
     "#882255",
-    "#44AA99",
     "#999933",
+    "#332288",
     "#AA4499",
+    "#44AA99",
 )
+ALLOCATOR_LINESTYLES: tuple[str, ...] = ("-", "--", "-.", ":")
 
 # Time series longer than this are averaged into this many time bins before plotting.
 MAX_TIME_POINTS = 600
@@ -102,7 +104,7 @@ def _subplots(
     nrows: int = 1, ncols: int = 1, *, figsize: tuple[float, float], **kwargs: object
 ) -> tuple[Figure, Any]:
     """pyplot.subplots without pyplot: a standalone Figure and its axes."""
-    fig = Figure(figsize=figsize)
+    fig = Figure(figsize=figsize, layout="constrained")
     return fig, fig.subplots(nrows, ncols, **kwargs)
 
 
@@ -111,10 +113,19 @@ def allocator_color(index: int) -> str:
     return ALLOCATOR_COLORS[index % len(ALLOCATOR_COLORS)]
 
 
+def allocator_style(index: int) -> dict[str, object]:
+    """Colour and line style of the index-th allocator: curves that coincide (two allocators that
+    behave the same) stay visible as dashes over a solid line."""
+    return {
+        "color": allocator_color(index),
+        "linestyle": ALLOCATOR_LINESTYLES[index % len(ALLOCATOR_LINESTYLES)],
+    }
+
+
 def figure_png_bytes(fig: Figure, dpi: int = 130) -> bytes:
     """Render a figure to PNG bytes."""
     buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=dpi, bbox_inches="tight")
+    fig.savefig(buffer, format="png", dpi=dpi)
     return buffer.getvalue()
 
 
@@ -194,7 +205,6 @@ def taxonomy_bars(labels: Sequence[str], part_pct: Mapping[str, Mapping[str, flo
         ax.set_title("Where the KV memory went")
         ax.grid(axis="x", visible=False)
         ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), reverse=True)
-        fig.tight_layout()
     return fig
 
 
@@ -226,7 +236,6 @@ def taxonomy_over_time(runs: Mapping[str, RunLike]) -> Figure:
         axes[-1, 0].set_xlabel("simulated time (s)")
         axes[0, 0].legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), reverse=True)
         fig.suptitle("KV memory taxonomy over time")
-        fig.tight_layout()
     return fig
 
 
@@ -237,13 +246,9 @@ def concurrency_and_queue(runs: Mapping[str, RunLike]) -> Figure:
         for index, (label, run) in enumerate(runs.items()):
             series = resample_steps(run.steps, ["num_running", "queue_length"])
             time_s = series["time_s"].to_numpy(dtype=float)
-            color = allocator_color(index)
-            ax_running.step(
-                time_s, series["num_running"], where="post", color=color, label=label, linewidth=1.2
-            )
-            ax_queue.step(
-                time_s, series["queue_length"], where="post", color=color, label=label, linewidth=1.2
-            )
+            style = allocator_style(index)
+            ax_running.step(time_s, series["num_running"], where="post", label=label, linewidth=1.2, **style)
+            ax_queue.step(time_s, series["queue_length"], where="post", label=label, linewidth=1.2, **style)
         ax_running.set_ylabel("admitted sequences")
         ax_running.set_title("Admitted concurrency")
         ax_queue.set_ylabel("waiting requests")
@@ -252,7 +257,6 @@ def concurrency_and_queue(runs: Mapping[str, RunLike]) -> Figure:
         ax_running.set_ylim(bottom=0)
         ax_queue.set_ylim(bottom=0)
         ax_running.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0))
-        fig.tight_layout()
     return fig
 
 
@@ -286,16 +290,16 @@ def latency_cdfs(runs: Mapping[str, RunLike]) -> Figure:
                     continue
                 xs, ys = _cdf_points(values)
                 smallest, largest = min(smallest, float(xs[0])), max(largest, float(xs[-1]))
-                ax.step(xs, ys, where="post", color=allocator_color(index), label=label, linewidth=1.2)
+                ax.step(xs, ys, where="post", label=label, linewidth=1.2, **allocator_style(index))
             ax.set_xlabel(axis_label)
             ax.set_ylim(0, 1.0)
             if 0 < smallest and largest >= LOG_SCALE_SPAN * smallest:
                 ax.set_xscale("log")
                 ax.xaxis.set_minor_formatter(NullFormatter())
         axes[0].set_ylabel("fraction of completed requests")
-        axes[-1].legend(loc="lower right")
+        handles, names = axes[0].get_legend_handles_labels()
+        fig.legend(handles, names, loc="outside right upper")
         fig.suptitle("Latency CDFs")
-        fig.tight_layout()
     return fig
 
 
@@ -312,15 +316,14 @@ def rate_sweep(points: Mapping[str, Sequence[tuple[float, float]]]) -> Figure:
                 [p[0] for p in ordered],
                 [p[1] for p in ordered],
                 marker="o",
-                color=allocator_color(index),
                 label=label,
+                **allocator_style(index),
             )
         ax.set_xlabel("request rate (req/s)")
         ax.set_ylabel("mean normalized latency (s/token)")
         ax.set_title("Normalized latency vs request rate")
         ax.set_ylim(bottom=0)
         ax.legend()
-        fig.tight_layout()
     return fig
 
 
@@ -334,11 +337,14 @@ def block_size_sweep(points: Mapping[str, Sequence[tuple[float, float, float]]])
         for index, (label, triples) in enumerate(points.items()):
             ordered = sorted(triples)
             sizes = [t[0] for t in ordered]
-            color = allocator_color(index)
-            ax_waste.plot(sizes, [t[1] for t in ordered], marker="o", color=color, label=label)
-            ax_throughput.plot(sizes, [t[2] for t in ordered], marker="o", color=color, label=label)
+            style = allocator_style(index)
+            ax_waste.plot(sizes, [t[1] for t in ordered], marker="o", label=label, **style)
+            ax_throughput.plot(sizes, [t[2] for t in ordered], marker="o", label=label, **style)
+        all_sizes = sorted({t[0] for triples in points.values() for t in triples})
         for ax in (ax_waste, ax_throughput):
             ax.set_xscale("log", base=2)
+            ax.set_xticks(all_sizes, [f"{size:g}" for size in all_sizes])
+            ax.xaxis.set_minor_formatter(NullFormatter())
             ax.set_xlabel("block size (tokens)")
             ax.set_ylim(bottom=0)
         ax_waste.set_ylabel("waste (% of allocated KV)")
@@ -346,5 +352,4 @@ def block_size_sweep(points: Mapping[str, Sequence[tuple[float, float, float]]])
         ax_throughput.set_ylabel("output throughput (tokens/s)")
         ax_throughput.set_title("Throughput vs block size")
         ax_throughput.legend()
-        fig.tight_layout()
     return fig

@@ -256,7 +256,12 @@ class TimeIntegrals:
         acc[6] += parts.cached * duration_s
 
     def add_linear(
-        self, first: MemoryBreakdown, last: MemoryBreakdown, iterations: int, total_s: float, index_weighted_s: float
+        self,
+        first: MemoryBreakdown,
+        last: MemoryBreakdown,
+        iterations: int,
+        total_s: float,
+        index_weighted_s: float,
     ) -> None:
         """Integrate m iterations whose parts move on a straight line from `first` (i=0) to `last` (i=m-1).
 
@@ -273,6 +278,12 @@ class TimeIntegrals:
             a = getattr(first, name)
             acc[j] += a * total_s + (getattr(last, name) - a) * scale
 
+    def add_sums(self, sums: dict[str, float]) -> None:
+        """Add exact per-part integrals (token x s) computed elsewhere (an allocator's jump hook)."""
+        acc = self.parts_token_s
+        for j, name in enumerate(INTEGRATED_PARTS):
+            acc[j] += float(sums.get(name, 0.0))
+
     def add_running(self, num_running: int, duration_s: float) -> None:
         self.running_seq_s += num_running * duration_s
         self.busy_s += duration_s
@@ -280,7 +291,9 @@ class TimeIntegrals:
             self.max_running = num_running
 
     def as_dict(self) -> dict[str, float]:
-        out = {f"{name}_token_s": value for name, value in zip(INTEGRATED_PARTS, self.parts_token_s, strict=True)}
+        out = {
+            f"{name}_token_s": value for name, value in zip(INTEGRATED_PARTS, self.parts_token_s, strict=True)
+        }
         out["running_seq_s"] = self.running_seq_s
         out["busy_s"] = self.busy_s
         out["max_running"] = float(self.max_running)
@@ -353,7 +366,11 @@ def summarize(
     ok = np.isfinite(itl) & (gaps > 0)
     # vllm bench's mean ITL is over all gaps, i.e. token-weighted across requests.
     metrics["mean_itl_ms"] = float((itl[ok] * gaps[ok]).sum() / gaps[ok].sum()) if ok.any() else math.nan
-    metrics.update(_pcts(finished["normalized_latency_s_per_token"].to_numpy(np.float64), "normalized_latency_s_per_token"))
+    metrics.update(
+        _pcts(
+            finished["normalized_latency_s_per_token"].to_numpy(np.float64), "normalized_latency_s_per_token"
+        )
+    )
     span_token_s = duration_s * capacity_tokens
     for name in INTEGRATED_PARTS:
         value = float(totals.get(f"{name}_token_s", 0.0))

@@ -65,9 +65,10 @@ REQUIRED_METRICS: tuple[str, ...] = (
     "mean_queue_length",
     "max_queue_length",
     "kv_capacity_tokens",
-    "queue_growth",
 )
 REQUEST_COLUMNS: tuple[str, ...] = (
+    "arrival_s",
+    "finish_s",
     "prompt_tokens",
     "output_tokens",
     "generated_tokens",
@@ -406,11 +407,11 @@ def _finite(value: Any) -> bool:
 
 _CSS = """
 body { font-family: system-ui, -apple-system, 'Segoe UI', Roboto, sans-serif; margin: 2em auto;
-       max-width: 1200px; padding: 0 1em; color: #222; line-height: 1.45; }
+       max-width: 1500px; padding: 0 1em; color: #222; line-height: 1.45; }
 h1 { margin-bottom: 0.2em; } .meta { color: #555; margin-top: 0; }
 .scroll { overflow-x: auto; }
-table { border-collapse: collapse; font-size: 0.85em; margin: 0.5em 0 1.5em; }
-th, td { border: 1px solid #bbb; padding: 0.25em 0.5em; text-align: right; white-space: nowrap; }
+table { border-collapse: collapse; font-size: 0.8em; margin: 0.5em 0 1.5em; }
+th, td { border: 1px solid #bbb; padding: 0.2em 0.4em; text-align: right; white-space: nowrap; }
 th { background: #f0f0f0; vertical-align: bottom; white-space: normal; }
 td.label, th.label { text-align: left; }
 tbody tr:nth-child(even) { background: #fafafa; }

@@ -27,7 +27,13 @@ REQUESTS_FILE = "requests.parquet"
 STEPS_FILE = "steps.parquet"
 SUMMARY_FILE = "summary.json"
 LAYOUTS_DIR = "layouts"
-LAYOUT_INDEX_COLUMNS: tuple[str, ...] = ("step", "time_s", "allocator", "predicted_kv_read_s", "predicted_step_s")
+LAYOUT_INDEX_COLUMNS: tuple[str, ...] = (
+    "step",
+    "time_s",
+    "allocator",
+    "predicted_kv_read_s",
+    "predicted_step_s",
+)
 SUMMARY_KEYS: tuple[str, ...] = ("kvsim_version", "versions", "scenario", "seed", "allocator", "metrics")
 
 
@@ -124,7 +130,9 @@ def _read_parquet(path: Path, columns: tuple[str, ...]) -> pd.DataFrame:
     try:
         frame = pd.read_parquet(path)
     except Exception as exc:  # pyarrow raises several types for a damaged file
-        raise ResultsError(f"{path}: cannot read Parquet ({type(exc).__name__}: {exc})".splitlines()[0]) from None
+        raise ResultsError(
+            f"{path}: cannot read Parquet ({type(exc).__name__}: {exc})".splitlines()[0]
+        ) from None
     missing = [c for c in columns if c not in frame.columns]
     if missing:
         raise ResultsError(f"{path}: missing column(s) {', '.join(missing)} (written by an older kvsim?)")

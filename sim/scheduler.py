@@ -33,7 +33,9 @@ class WorkItem:
 
     __slots__ = ("req", "sample", "emitted", "enqueued_s", "readmission", "swapped", "demand_tokens")
 
-    def __init__(self, req: int, sample: int, emitted: int, enqueued_s: float, readmission: bool, swapped: bool):
+    def __init__(
+        self, req: int, sample: int, emitted: int, enqueued_s: float, readmission: bool, swapped: bool
+    ):
         self.req = req
         self.sample = sample
         self.emitted = emitted
@@ -48,7 +50,9 @@ class PrefillGroup:
 
     __slots__ = ("item", "seq_ids", "compute_left", "context_tokens", "stamp", "prompt_tokens")
 
-    def __init__(self, item: WorkItem, seq_ids: list[int], compute_left: int, context_tokens: int, stamp: int):
+    def __init__(
+        self, item: WorkItem, seq_ids: list[int], compute_left: int, context_tokens: int, stamp: int
+    ):
         self.item = item
         self.seq_ids = seq_ids
         self.compute_left = compute_left
@@ -91,14 +95,14 @@ class RequestInfo:
         self.target_tokens: list[int] = np.minimum(
             np.asarray(self.output_tokens, dtype=np.int64), np.asarray(self.max_tokens_eff)
         ).tolist()
-        self.n: list[int] = (
-            requests["n"].to_numpy(np.int64).tolist() if "n" in requests else [1] * num
-        )
+        self.n: list[int] = requests["n"].to_numpy(np.int64).tolist() if "n" in requests else [1] * num
         self.prefix_group: list[int] = (
             requests["prefix_group"].to_numpy(np.int64).tolist() if "prefix_group" in requests else [-1] * num
         )
         self.prefix_tokens: list[int] = (
-            requests["prefix_tokens"].to_numpy(np.int64).tolist() if "prefix_tokens" in requests else [0] * num
+            requests["prefix_tokens"].to_numpy(np.int64).tolist()
+            if "prefix_tokens" in requests
+            else [0] * num
         )
         if "block_hashes" in requests:
             self.block_hashes: list[tuple[int, ...]] = [
@@ -197,7 +201,9 @@ class Scheduler:
         n = info.n[req]
         reason = ""
         if prompt >= self.max_model_len:
-            reason = f"prompt_tokens {prompt} leaves no room to generate within max_model_len {self.max_model_len}"
+            reason = (
+                f"prompt_tokens {prompt} leaves no room to generate within max_model_len {self.max_model_len}"
+            )
         elif n > self.max_num_seqs:
             reason = f"n {n} parallel samples > max_num_seqs {self.max_num_seqs}"
         elif not self.chunked and prompt > self.max_num_batched_tokens:
@@ -407,7 +413,7 @@ class Scheduler:
         """The step (or the last iteration of a jump) ended at `now_s`: emit, finish, grow, preempt."""
         self.it += iterations
         it = self.it
-        log, info = self.log, self.info
+        log = self.log
         log.total_generated_tokens += len(self.decode) * iterations
         # Prefill chunks: groups that completed sample their first token now.
         completed: list[PrefillGroup] = []

@@ -48,7 +48,9 @@ def package_versions() -> dict[str, str]:
     return versions
 
 
-def engine_config(scenario: Scenario, *, multi_step: bool = True, max_step_rows: int = 200_000) -> EngineConfig:
+def engine_config(
+    scenario: Scenario, *, multi_step: bool = True, max_step_rows: int = 200_000
+) -> EngineConfig:
     """The engine knobs of a scenario (vLLM names map one to one)."""
     return EngineConfig(
         max_num_seqs=scenario.max_num_seqs,
@@ -63,11 +65,14 @@ def engine_config(scenario: Scenario, *, multi_step: bool = True, max_step_rows:
 
 
 @contextlib.contextmanager
-def _progress_bar(enabled: bool, total: int, label: str) -> Iterator[Callable[[float, int, int], None] | None]:
+def _progress_bar(
+    enabled: bool, total: int, label: str
+) -> Iterator[Callable[[float, int, int], None] | None]:
     """A rich progress bar over finished requests that shows simulated time; None when disabled."""
     if not enabled:
         yield None
         return
+    from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     with Progress(
@@ -77,6 +82,7 @@ def _progress_bar(enabled: bool, total: int, label: str) -> Iterator[Callable[[f
         TextColumn("simulated {task.fields[sim_s]:>9.1f} s"),
         TimeElapsedColumn(),
         transient=True,
+        console=Console(stderr=True),
     ) as bar:
         task = bar.add_task(label, total=total, sim_s=0.0)
 

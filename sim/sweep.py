@@ -127,7 +127,14 @@ def _sweep_lock(sweep_dir: Path) -> Iterator[None]:
 
 
 def _canonical(value: Any) -> Any:
-    return json.loads(json.dumps(value, sort_keys=True, default=str))
+    """Comparable JSON form; NaN/inf become null as summary.json writes them."""
+    if isinstance(value, Mapping):
+        return {str(k): _canonical(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_canonical(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return json.loads(json.dumps(value, default=str))
 
 
 def _read_summary(cell_dir: Path) -> dict[str, Any]:
@@ -288,7 +295,9 @@ class _Progress:
             self.console.print(f"[red]{len(failed)} failed cell(s):[/]")
             for cid, error in failed.items():
                 where = ", ".join(f"{k}={v!r}" for k, v in overrides.get(cid, {}).items())
-                self.console.print(f"  {cid} ({where}): {error}", markup=False, highlight=False)
+                self.console.print(
+                    f"  {cid} ({where}): {error}", markup=False, highlight=False, soft_wrap=True
+                )
 
 
 def run_sweep(

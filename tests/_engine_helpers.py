@@ -184,9 +184,37 @@ class FakePaged:
             free=free - external,
         )
 
+    def breakdown_integral(
+        self, seq_ids: np.ndarray, durations_s: np.ndarray, next_demand_tokens: int = 0
+    ) -> dict[str, float]:
+        """sum_i durations_s[i] x part after growing `seq_ids` by i tokens (the optional exact hook)."""
+        bs, m = self.block_size, len(durations_s)
+        growing = set(seq_ids.tolist())
+        ids = sorted(self.length)
+        lengths = np.asarray([self.length[s] for s in ids], dtype=np.int64)
+        final = np.asarray([self.final[s] for s in ids], dtype=np.int64)
+        step = np.asarray([1 if s in growing else 0 for s in ids], dtype=np.int64)
+        grid = lengths[:, None] + step[:, None] * np.arange(m)[None, :]
+        reserved = -(-grid // bs) * bs
+        will_fill = np.minimum(reserved, final[:, None])
+        free = self.capacity_tokens - reserved.sum(axis=0)
+        external = np.where(next_demand_tokens > free, free, 0)
+        parts = {
+            "token_states": grid.sum(axis=0),
+            "reservation": (will_fill - grid).sum(axis=0),
+            "internal": (reserved - will_fill).sum(axis=0),
+            "external": external,
+            "duplicated": np.zeros(m),
+            "free": free - external,
+            "cached": np.zeros(m),
+        }
+        return {name: float(np.dot(values, durations_s)) for name, values in parts.items()}
+
     def layout(self) -> Layout:
         ids = np.asarray(sorted(self.length), dtype=np.int64)
-        return Layout("paged", self.capacity_tokens, self.block_size, ids, np.asarray([self.length[i] for i in ids]))
+        return Layout(
+            "paged", self.capacity_tokens, self.block_size, ids, np.asarray([self.length[i] for i in ids])
+        )
 
     def hole_stats(self) -> dict[str, float]:
         return {"count": float(self.free_blocks), "total": float(self.free_blocks * self.block_size)}
@@ -211,7 +239,11 @@ class LinearCost:
         self.per_swap_token_s = per_swap_token_s
 
     def step_time_s(
-        self, prefill_tokens: int, num_decode_seqs: int, decode_context_tokens: int, prefill_context_tokens: int = 0
+        self,
+        prefill_tokens: int,
+        num_decode_seqs: int,
+        decode_context_tokens: int,
+        prefill_context_tokens: int = 0,
     ) -> float:
         if prefill_tokens <= 0 and num_decode_seqs <= 0:
             return 0.0
@@ -236,6 +268,10 @@ class LinearCost:
         b = self.per_context_token_s * num_decode_seqs
         s0, s1, s2 = k, k * (k - 1) / 2.0, (k - 1) * k * (2 * k - 1) / 6.0
         return a * value_0 * s0 + (a * value_slope + b * value_0) * s1 + b * value_slope * s2
+
+    def decode_step_durations_s(self, num_decode_seqs: int, context_tokens_sum: int, k: int) -> np.ndarray:
+        c = self.per_context_token_s
+        return self.base_s + c * (context_tokens_sum + num_decode_seqs * np.arange(k, dtype=np.float64))
 
     def swap_time_s(self, tokens: int) -> float:
         return max(0, tokens) * self.per_swap_token_s
@@ -263,7 +299,9 @@ def make_requests(
     return df
 
 
-def random_requests(rng: np.random.Generator, num: int, rate: float, mean_prompt: int, mean_output: int) -> pd.DataFrame:
+def random_requests(
+    rng: np.random.Generator, num: int, rate: float, mean_prompt: int, mean_output: int
+) -> pd.DataFrame:
     gaps = rng.exponential(1.0 / rate, num)
     arrival = np.cumsum(gaps) - gaps[0]
     prompt = np.maximum(1, rng.geometric(1.0 / mean_prompt, num))

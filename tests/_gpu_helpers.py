@@ -24,7 +24,9 @@ def naive_bits_to_float(bits: int, dtype: str) -> float:
 
 def naive_slot(layout, seq: int, t: int) -> int:
     if layout.paged:
-        return int(layout.block_table[seq][t // layout.block_size]) * layout.block_size + t % layout.block_size
+        return (
+            int(layout.block_table[seq][t // layout.block_size]) * layout.block_size + t % layout.block_size
+        )
     return int(layout.start_slots[seq]) + t
 
 
@@ -53,7 +55,9 @@ def naive_attention(layout, q_bits, k_pool, v_pool) -> list:
             top = max(scores)
             weights = [math.exp(s - top) for s in scores]
             total = sum(weights)
-            per_head.append([sum(w * v[d] for w, v in zip(weights, values, strict=True)) / total for d in range(head_dim)])
+            per_head.append(
+                [sum(w * v[d] for w, v in zip(weights, values, strict=True)) / total for d in range(head_dim)]
+            )
         out.append(per_head)
     return out
 
@@ -69,7 +73,9 @@ def paged_snapshot(seed: int = 0, capacity_tokens: int = 4096, block_size: int =
     admitted = []
     for i in range(8):
         prompt = int(rng.integers(33, 200))
-        spec = SeqSpec(seq_id=i, prompt_tokens=prompt, max_tokens=64, output_tokens=40, prefix_group=0, prefix_tokens=32)
+        spec = SeqSpec(
+            seq_id=i, prompt_tokens=prompt, max_tokens=64, output_tokens=40, prefix_group=0, prefix_tokens=32
+        )
         if alloc.admit(spec):
             admitted.append(i)
     alloc.grow(np.array(admitted), 5)
@@ -81,7 +87,9 @@ def contiguous_snapshot(capacity_tokens: int = 8192, max_model_len: int = 1024) 
     """A real contiguous allocator with a hole left by a released sequence."""
     import allocators
 
-    alloc = allocators.make_allocator("contiguous", capacity_tokens=capacity_tokens, max_model_len=max_model_len)
+    alloc = allocators.make_allocator(
+        "contiguous", capacity_tokens=capacity_tokens, max_model_len=max_model_len
+    )
     for i in range(5):
         alloc.admit(SeqSpec(seq_id=i, prompt_tokens=50 + 30 * i, max_tokens=64, output_tokens=40))
     alloc.grow(np.arange(5), 3)

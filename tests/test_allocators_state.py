@@ -24,7 +24,7 @@ from _alloc_helpers import (
     check_contiguous,
     check_paged,
 )
-from hypothesis import settings
+from hypothesis import event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
@@ -70,37 +70,32 @@ PARAM_STRATEGIES: dict[str, st.SearchStrategy[dict[str, Any]]] = {
 }
 
 
-def seq_specs(seq_id: int) -> st.SearchStrategy[SeqSpec]:
-    """A request: plain, in a prefix group, or with a Mooncake-style hash chain."""
+@st.composite
+def _spec_fields(draw: st.DrawFn) -> dict[str, Any]:
+    """A request's fields (all but seq_id): plain, in a prefix group, or with a hash chain."""
+    kind = draw(st.sampled_from(["plain", "group", "hashes"]))
+    group, prefix, hashes = -1, 0, ()
+    minimum_prompt = 1
+    if kind == "group":
+        group = draw(st.sampled_from(sorted(PREFIX_GROUP_TOKENS)))
+        prefix = PREFIX_GROUP_TOKENS[group]
+        minimum_prompt = prefix
+    elif kind == "hashes":
+        chain = draw(st.sampled_from(HASH_CHAINS))
+        hashes = chain[: draw(st.integers(1, len(chain)))]
+        minimum_prompt = len(hashes) * HASH_TOKENS
+    return {
+        "prompt_tokens": draw(st.integers(minimum_prompt, minimum_prompt + 30)),
+        "max_tokens": draw(st.integers(1, 60)),
+        "output_tokens": draw(st.integers(1, 70)),
+        "prefix_group": group,
+        "prefix_tokens": prefix,
+        "block_hashes": hashes,
+        "block_hash_tokens": HASH_TOKENS if hashes else 0,
+    }
 
-    @st.composite
-    def build(draw: st.DrawFn) -> SeqSpec:
-        kind = draw(st.sampled_from(["plain", "group", "hashes"]))
-        group, prefix, hashes = -1, 0, ()
-        minimum_prompt = 1
-        if kind == "group":
-            group = draw(st.sampled_from(sorted(PREFIX_GROUP_TOKENS)))
-            prefix = PREFIX_GROUP_TOKENS[group]
-            minimum_prompt = prefix
-        elif kind == "hashes":
-            chain = draw(st.sampled_from(HASH_CHAINS))
-            hashes = chain[: draw(st.integers(1, len(chain)))]
-            minimum_prompt = len(hashes) * HASH_TOKENS
-        prompt = draw(st.integers(minimum_prompt, minimum_prompt + 30))
-        max_tokens = draw(st.integers(1, 60))
-        output = draw(st.integers(1, 70))
-        return SeqSpec(
-            seq_id=seq_id,
-            prompt_tokens=prompt,
-            max_tokens=max_tokens,
-            output_tokens=output,
-            prefix_group=group,
-            prefix_tokens=prefix,
-            block_hashes=hashes,
-            block_hash_tokens=HASH_TOKENS if hashes else 0,
-        )
 
-    return build()
+SPEC_FIELDS = _spec_fields()
 
 
 class AllocatorMachine(RuleBasedStateMachine):
@@ -123,18 +118,23 @@ class AllocatorMachine(RuleBasedStateMachine):
     def _live(self) -> list[int]:
         return sorted(self.model.labels)
 
-    @rule(data=st.data())
-    def admit(self, data: st.DataObject) -> None:
-        seq = data.draw(seq_specs(self.next_id))
+    @rule(fields=SPEC_FIELDS)
+    def admit(self, fields: dict[str, Any]) -> None:
+        seq = SeqSpec(seq_id=self.next_id, **fields)
         self.next_id += 1
         before = self.alloc.state_snapshot()
         demand = self.alloc.demand_tokens(seq)
         self.demand = demand
+        cached_before = self.alloc.breakdown(0).cached
         if self.alloc.admit(seq):
             self.model.admit(seq)
-            if self.alloc.name == "paged":
-                assert self.alloc.prefix_hit_tokens(seq.seq_id) <= seq.prompt_tokens
+            hit = self.alloc.prefix_hit_tokens(seq.seq_id)
+            assert hit <= seq.prompt_tokens
+            event("admit: prefix hit" if hit else "admit: no hit")
+            if self.alloc.breakdown(0).cached < cached_before:
+                event("admit: cached block revived or evicted")
             return
+        event("admit: refused")
         assert self.alloc.state_snapshot() == before, "a refused admit changed state"
         # refused only when it had to be
         if isinstance(self.alloc, SlabAllocator):
@@ -156,7 +156,10 @@ class AllocatorMachine(RuleBasedStateMachine):
             probe = copy.deepcopy(self.alloc)
             assert probe.grow(ids, uniform + 1).size > 0, "max_uniform_growth is not maximal"
         before = {sid: self.model.length(sid) for sid in chosen}
+        if self.alloc.breakdown(0).duplicated:
+            event("grow: with duplicated content")
         failed = set(self.alloc.grow(ids, num_tokens).tolist())
+        event("grow: some failed" if failed else "grow: all grew")
         assert failed <= set(chosen)
         if uniform == num_tokens:
             assert not failed, "grow failed although max_uniform_growth allowed it"
@@ -182,27 +185,31 @@ class AllocatorMachine(RuleBasedStateMachine):
             self.model.grow(sid, k)
 
     @precondition(lambda self: self.model.labels)
-    @rule(data=st.data())
-    def release(self, data: st.DataObject) -> None:
-        sid = data.draw(st.sampled_from(self._live()))
+    @rule(pick=st.integers(0, 10**6))
+    def release(self, pick: int) -> None:
+        live = self._live()
+        sid = live[pick % len(live)]
         self.alloc.release(sid)
         self.model.release(sid)
 
     @precondition(lambda self: self.model.labels)
-    @rule(data=st.data())
-    def fork(self, data: st.DataObject) -> None:
-        parent = data.draw(st.sampled_from(self._live()))
+    @rule(pick=st.integers(0, 10**6), max_tokens=st.integers(1, 60), output=st.integers(1, 70))
+    def fork(self, pick: int, max_tokens: int, output: int) -> None:
+        live = self._live()
+        parent = live[pick % len(live)]
         child = SeqSpec(
             seq_id=self.next_id,
             prompt_tokens=self.model.prompt_tokens[parent],
-            max_tokens=data.draw(st.integers(1, 60)),
-            output_tokens=data.draw(st.integers(1, 70)),
+            max_tokens=max_tokens,
+            output_tokens=output,
         )
         self.next_id += 1
         before = self.alloc.state_snapshot()
         if self.alloc.fork(parent, child):
             self.model.fork(parent, child)
+            event("fork: ok")
         else:
+            event("fork: refused")
             assert self.alloc.state_snapshot() == before, "a refused fork changed state"
 
     @rule(demand=st.integers(0, 120))
@@ -229,7 +236,7 @@ class AllocatorMachine(RuleBasedStateMachine):
 
 def _machine_test(name: str) -> type:
     machine = type(f"Machine_{name}", (AllocatorMachine,), {"allocator_name": name})
-    machine.TestCase.settings = settings(settings(), stateful_step_count=25)
+    machine.TestCase.settings = settings(settings(), stateful_step_count=40)
     return machine.TestCase
 
 

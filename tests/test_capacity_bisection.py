@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pandas as pd
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -12,9 +13,9 @@ from hypothesis import strategies as st
 from sim.capacity import (
     CapacityError,
     Slo,
-    backlog_growth_req_s,
     find_max_rate,
     gpus_for_target,
+    queue_slope_req_s,
 )
 
 
@@ -81,14 +82,21 @@ def test_bad_bracket_is_refused(low: float, high: float, tol: float) -> None:
         find_max_rate(lambda r: (True, None), low=low, high=high, rel_tol=tol)
 
 
-def test_backlog_growth_is_zero_when_the_server_keeps_up_and_the_gap_when_it_cannot() -> None:
-    arrival_s = np.arange(100) * 0.1  # 10 req/s for 10 s
-    kept_up = arrival_s + 0.05
-    assert backlog_growth_req_s(arrival_s, kept_up) == pytest.approx(0.0, abs=0.25)
-    served_at_5_per_s = np.arange(100) * 0.2 + 0.05  # serves half of what arrives
-    assert backlog_growth_req_s(arrival_s, served_at_5_per_s) == pytest.approx(5.0, rel=0.1)
-    never = np.full(100, np.inf)
-    assert backlog_growth_req_s(arrival_s, never) == pytest.approx(10.0, rel=0.05)
+def steps_frame(time_s: np.ndarray, queue_length: np.ndarray) -> pd.DataFrame:
+    duration_s = np.diff(time_s, append=time_s[-1] + (time_s[-1] - time_s[-2]))
+    return pd.DataFrame({"time_s": time_s, "duration_s": duration_s, "queue_length": queue_length})
+
+
+def test_queue_slope_is_zero_when_level_and_the_gap_when_the_queue_grows() -> None:
+    time_s = np.linspace(0.0, 100.0, 401)
+    level = steps_frame(time_s, np.where(np.arange(401) % 7 == 0, 1, 0))  # a short queue now and then
+    assert queue_slope_req_s(level, 50.0, 100.0) == pytest.approx(0.0, abs=0.01)
+    growing = steps_frame(time_s, np.floor(2.5 * time_s))  # arrivals outpace admissions by 2.5 req/s
+    assert queue_slope_req_s(growing, 50.0, 100.0) == pytest.approx(2.5, rel=0.01)
+    # only the window counts: a queue that built up early and then stayed level is stable
+    early = steps_frame(time_s, np.minimum(np.floor(3 * time_s), 90))
+    assert queue_slope_req_s(early, 50.0, 100.0) == pytest.approx(0.0, abs=1e-9)
+    assert queue_slope_req_s(early.iloc[:0], 0.0, 1.0) == 0.0
 
 
 def test_slo_needs_a_bound_and_positive_values() -> None:

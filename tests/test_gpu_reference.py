@@ -57,7 +57,9 @@ def test_attention_reference_is_layout_independent() -> None:
     """The same tokens give the same output whether stored contiguous, sequential or shuffled."""
     rng = np.random.default_rng(3)
     lengths = [5, 17, 33]
-    contiguous = contiguous_layout(lengths, kv_heads=2, head_dim=64, block_size=4, reserved_tokens=[40, 40, 40])
+    contiguous = contiguous_layout(
+        lengths, kv_heads=2, head_dim=64, block_size=4, reserved_tokens=[40, 40, 40]
+    )
     shuffled = paged_shuffled_layout(lengths, kv_heads=2, head_dim=64, block_size=4, rng=rng)
     k_c, v_c = make_pool(contiguous, rng)
     k_s = np.zeros((shuffled.num_blocks, 4, 2, 64), np.uint16)
@@ -71,7 +73,9 @@ def test_attention_reference_is_layout_independent() -> None:
     np.testing.assert_array_equal(
         decode_attention_reference(contiguous, q, k_c, v_c), decode_attention_reference(shuffled, q, k_s, v_s)
     )
-    for a, b in zip(gather_reference(contiguous, k_c, v_c), gather_reference(shuffled, k_s, v_s), strict=True):
+    for a, b in zip(
+        gather_reference(contiguous, k_c, v_c), gather_reference(shuffled, k_s, v_s), strict=True
+    ):
         np.testing.assert_array_equal(a, b)
 
 
@@ -126,4 +130,8 @@ def test_grid_closed_form_equals_bytes_and_flops_on_built_layouts() -> None:
             rng=rng,
         )
         cost = bytes_and_flops(point.kernel, layout, point.num_q_heads)
-        assert point.cost() == {"bytes": cost.bytes, "flops": cost.flops, "blocks_touched": cost.blocks_touched}
+        assert point.cost() == {
+            "bytes": cost.bytes,
+            "flops": cost.flops,
+            "blocks_touched": cost.blocks_touched,
+        }

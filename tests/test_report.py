@@ -101,7 +101,11 @@ def test_rate_sweep_adds_figure_5_and_later_report_removes_it(tmp_path: Path) ->
         for allocator in ("paged", "contiguous"):
             runs.append(
                 write_fake_run(
-                    tmp_path / "sweep" / f"{allocator}-{rate}", allocator=allocator, request_rate=rate
+                    tmp_path / "sweep" / f"{allocator}-{rate}",
+                    allocator=allocator,
+                    request_rate=rate,
+                    num_steps=60,
+                    num_requests=20,
                 )
             )
     out = tmp_path / "sweep"
@@ -117,7 +121,7 @@ def test_rate_sweep_adds_figure_5_and_later_report_removes_it(tmp_path: Path) ->
 
 
 def test_block_size_sweep_adds_waste_and_throughput_figure(tmp_path: Path) -> None:
-    runs = [write_fake_run(tmp_path / f"bs{b}", block_size=b, seed=b) for b in (8, 16, 32)]
+    runs = [write_fake_run(tmp_path / f"bs{b}", block_size=b, seed=b, num_steps=60) for b in (8, 16, 32)]
     report(runs, output_dir=tmp_path)
     assert (tmp_path / "figures" / FIGURE_FILES["block_size_sweep"]).read_bytes().startswith(PNG_MAGIC)
     assert not (tmp_path / "figures" / FIGURE_FILES["rate_sweep"]).exists()

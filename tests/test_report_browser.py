@@ -1,4 +1,4 @@
-"""Open report.html in headless Chromium (Debian's package) through Playwright and check what a reader sees.
+"""Open the report of a tiny real `compare` in headless Chromium (Debian's package) via Playwright.
 
 Skipped with a reason when /usr/bin/chromium or Playwright is missing; `.ci/run` installs Chromium so
 it runs in CI. The screenshot lands in results/report_screenshot.png (results/ is git-ignored).
@@ -10,9 +10,12 @@ import shutil
 from pathlib import Path
 
 import pytest
-from _report_helpers import write_fake_run
 
+import sim
+from sim.config import default_scenario
 from sim.report import report
+from sim.results import write_run
+from sim.simulation import run_label
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -39,20 +42,16 @@ def _playwright():
 
 def test_report_renders_in_headless_chromium(tmp_path: Path) -> None:
     sync_playwright = _playwright()
-    base = tmp_path / "compare"
-    share = {"token_states": 20.0, "reservation": 10.0, "internal": 45.0, "external": 15.0}
-    write_fake_run(
-        base / "contiguous", allocator="contiguous", share_pct=share, queue_peak=80, running_mean=5
-    )
-    write_fake_run(base / "paged", allocator="paged", seed=1)
-    write_fake_run(base / "request_limit", allocator="request_limit", seed=2)
-    html_path = report([base])
+    scenario = default_scenario().with_overrides(num_prompts=80, **{"workload.request_rate": 6.0})
+    runs = sim.compare(scenario, allocators=["contiguous", "request_limit:oracle", "paged"])
+    written = [write_run(run, tmp_path / "compare" / run_label(label)) for label, run in runs.items()]
+    html_path = report(written)
 
     console_errors: list[str] = []
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True)
         try:
-            page = browser.new_page(viewport={"width": 1280, "height": 900})
+            page = browser.new_page(viewport={"width": 1440, "height": 900})
             page.on("console", lambda msg: console_errors.append(msg.text) if msg.type == "error" else None)
             page.on("pageerror", lambda exc: console_errors.append(str(exc)))
             page.on("requestfailed", lambda request: console_errors.append(f"request failed: {request.url}"))
@@ -71,6 +70,6 @@ def test_report_renders_in_headless_chromium(tmp_path: Path) -> None:
 
     assert len(images) == 4
     assert all(image["complete"] and image["width"] > 0 for image in images), images
-    assert sorted(row_labels) == ["contiguous", "paged", "request_limit"]
+    assert row_labels == list(runs)
     assert console_errors == []
     assert SCREENSHOT.stat().st_size > 10_000

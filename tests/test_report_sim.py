@@ -11,12 +11,13 @@ from pathlib import Path
 
 import pytest
 from _report_helpers import CORE_FIGURES, PNG_MAGIC, assert_shown_equals, markdown_summary_rows, parse_html
-from sim.results import write_run
 
 import sim
 from sim import diagnosis
 from sim.config import default_scenario
 from sim.report import TABLE_COLUMNS, report
+from sim.results import write_run
+from sim.simulation import run_label
 
 TINY_REQUESTS = 60
 
@@ -27,7 +28,7 @@ def compared(tmp_path_factory: pytest.TempPathFactory) -> Path:
     base = default_scenario().with_overrides(num_prompts=TINY_REQUESTS, **{"workload.request_rate": 8.0})
     out = tmp_path_factory.mktemp("compare")
     for label, run in sim.compare(base, allocators=["contiguous", "paged"]).items():
-        write_run(run, out / label.replace(":", "_"))
+        write_run(run, out / run_label(label))
     return out
 
 

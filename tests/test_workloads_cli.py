@@ -97,6 +97,15 @@ def test_user_errors_exit_2_without_traceback(args: list[str], expected: str, ca
     assert "Traceback" not in err
 
 
+def test_max_model_len_counts_or_clips_a_trace(tmp_path: Path, capsys) -> None:
+    path = tmp_path / "t.csv"
+    path.write_text("arrival_s,prompt_tokens,output_tokens\n0,50,10\n1,150,10\n2,90,30\n")
+    code, out, _ = run_cli(["workload", "describe", str(path), "--max-model-len", "100"], capsys)
+    assert code == 0 and "over-long prompts 1" in out and "clipped requests  0" in out
+    code, out, _ = run_cli(["workload", "describe", str(path), "--max-model-len", "100", "--clip"], capsys)
+    assert code == 0 and "clipped requests  2" in out and "clipped limits    3" in out
+
+
 def test_list_shows_presets_with_sources_and_formats(capsys) -> None:
     code, out, _ = run_cli(["workload", "list"], capsys)
     assert code == 0

@@ -143,12 +143,21 @@ def test_request_rate_rescales_an_arrival_with_its_own_rate() -> None:
     df = workloads.load("sharegpt", num_prompts=1000, arrival="gamma(rate=1, cv=2)", request_rate=10)
     assert (len(df) - 1) / df["arrival_s"].iloc[-1] == pytest.approx(10.0)
     assert (workloads.load("sharegpt", num_prompts=50, request_rate=math.inf)["arrival_s"] == 0).all()
+    own = workloads.load("sharegpt", num_prompts=20_000, arrival="poisson(6)")  # not the preset's 2 req/s
+    assert workloads.describe(own)["mean_rate"] == pytest.approx(6.0, rel=0.03)
 
 
 def test_time_scale_multiplies_arrival_times() -> None:
     base = workloads.load("sharegpt", num_prompts=100, seed=3)
     slow = workloads.load("sharegpt", num_prompts=100, seed=3, time_scale=2.0)
     np.testing.assert_allclose(slow["arrival_s"], 2.0 * base["arrival_s"])
+    own_rate = dict(num_prompts=100, seed=3, arrival="gamma(rate=5, cv=2)")
+    np.testing.assert_allclose(
+        workloads.load("sharegpt", time_scale=0.5, **own_rate)["arrival_s"],
+        0.5 * workloads.load("sharegpt", **own_rate)["arrival_s"],
+    )
+    window = workloads.load("sharegpt", duration_s=300, time_scale=3.0, seed=3)
+    assert window["arrival_s"].max() < 300 and len(window) == pytest.approx(200, rel=0.2)
     with pytest.raises(WorkloadError, match="time_scale"):
         workloads.load("sharegpt", num_prompts=10, time_scale=2.0, request_rate=3)
 

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import json
 import math
+import tempfile
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import workloads
 from workloads.errors import WorkloadError
@@ -306,3 +309,62 @@ def test_trace_parameters_are_checked(tmp_path: Path) -> None:
     path = write(tmp_path, "azure.csv", AZURE_HEADER + "\n".join(AZURE_ROWS) + "\n")
     assert "field 'prompt_len': not a parameter of a trace file" in error_of(path, prompt_len="fixed(3)")
     assert "field 'arrival'" in error_of(path, arrival="poisson")
+
+
+# ---------------------------------------------------------------- properties
+
+
+@st.composite
+def table_with_one_bad_cell(draw):
+    rows = draw(st.integers(1, 8))
+    arrival = sorted(draw(st.lists(st.integers(1, 10_000), min_size=rows, max_size=rows)))
+    prompt = draw(st.lists(st.integers(1, 5000), min_size=rows, max_size=rows))
+    output = draw(st.lists(st.integers(1, 5000), min_size=rows, max_size=rows))
+    cells = [[str(a / 10), str(p), str(o)] for a, p, o in zip(arrival, prompt, output, strict=True)]
+    column = draw(st.integers(0, 2))
+    row = draw(st.integers(0, rows - 1))
+    if column == 0:
+        bad = draw(st.sampled_from(["abc", "", "nan", "-3"]))
+    else:
+        bad = draw(st.sampled_from(["abc", "", "nan", "-3", "0", "1.5", "1e400"]))
+    cells[row][column] = bad
+    return cells, row, column
+
+
+@given(table_with_one_bad_cell())
+def test_any_single_bad_cell_is_reported_at_its_line_and_field(case) -> None:
+    cells, row, column = case
+    header = ["arrival_s", "prompt_tokens", "output_tokens"]
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "t.csv"
+        path.write_text(",".join(header) + "\n" + "\n".join(",".join(r) for r in cells) + "\n")
+        with pytest.raises(WorkloadError) as info:
+            workloads.load(path)
+        assert info.value.row == row + 2 and info.value.field == header[column]
+        assert str(info.value).startswith(f"{path}: row {row + 2}, field '{header[column]}': ")
+        skipped = workloads.load(path, on_bad_row="skip") if len(cells) > 1 else None
+        if skipped is not None:
+            assert skipped.attrs["skipped_rows"] >= 1 and len(skipped) + skipped.attrs["skipped_rows"] == len(
+                cells
+            )
+
+
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 50), st.integers(1, 3000), st.integers(1, 3000), st.integers(1, 4096)),
+        min_size=1,
+        max_size=20,
+    )
+)
+def test_generic_csv_round_trips(rows) -> None:
+    gaps, prompt, output, limit = zip(*rows, strict=True)
+    arrival = np.cumsum(np.array(gaps) / 8.0)
+    text = "arrival_s,prompt_tokens,output_tokens,max_tokens\n" + "\n".join(
+        f"{float(a)!r},{p},{o},{m}" for a, p, o, m in zip(arrival, prompt, output, limit, strict=True)
+    )
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "t.csv"
+        path.write_text(text)
+        df = workloads.load(path)
+    np.testing.assert_allclose(df["arrival_s"], arrival - arrival[0])
+    assert df["prompt_tokens"].tolist() == list(prompt) and df["max_tokens"].tolist() == list(limit)

@@ -12,7 +12,7 @@ request and records `{"users": U, "think_s": T}` in `df.attrs["closed_loop"]`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
@@ -28,12 +28,6 @@ class ArrivalStream:
     arrival_s: np.ndarray
     attrs: dict[str, Any] = field(default_factory=dict)
     description: str = ""
-
-
-class ArrivalFn(Protocol):
-    def __call__(
-        self, num_requests: int, rng: np.random.Generator, rate: float | None = ..., **params: Any
-    ) -> np.ndarray: ...
 
 
 ARRIVALS: Registry[Any] = Registry("arrival")

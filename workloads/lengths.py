@@ -180,8 +180,7 @@ def sample_lengths(
         fn = LENGTHS.get(name)
         params = bind(fn, args, kwargs, "lengths", skip=2)
         pair = fn(num, rng, **params)
-        shown = {k: (v if not hasattr(v, "shape") else f"array{v.shape}") for k, v in params.items()}
-        return pair[0], pair[1], {"lengths": format_spec(name, shown)}
+        return pair[0], pair[1], {"lengths": format_spec(name, params)}
     out: list[np.ndarray] = []
     described: dict[str, str] = {}
     for field, spec in (("prompt_len", prompt_spec), ("output_len", output_spec)):

@@ -14,14 +14,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from workloads.arrivals import make_arrivals
+from workloads.arrivals import ARRIVALS, make_arrivals
 from workloads.errors import WorkloadError, param_error
 from workloads.generate import as_generator, generate
 from workloads.max_tokens import apply_policy
 from workloads.presets import PRESETS
 from workloads.readers import read_trace
 from workloads.schema import finalize, validate
-from workloads.spec import positive, positive_int
+from workloads.spec import bind, parse_spec, positive, positive_int
 from workloads.transform import clip_to_model_len, retime
 
 GENERATE_PARAMS = tuple(
@@ -63,6 +63,8 @@ def load(
         max_model_len = positive_int("max_model_len", max_model_len, minimum=2)
     time_scale = positive("time_scale", time_scale)
     if isinstance(source, pd.DataFrame):
+        if params:
+            raise param_error(next(iter(params)), "not a parameter of a DataFrame source (it is used as is)")
         df = _from_frame(source, num_prompts, duration_s, time_scale, request_rate)
         label = df.attrs.get("source", "<DataFrame>")
         clip = False if clip is None else clip
@@ -100,6 +102,12 @@ def load(
     return validate(df)
 
 
+def _spec_has_rate(arrival: Any) -> bool:
+    name, args, kwargs = parse_spec(arrival, "arrival")
+    params = bind(ARRIVALS.get(name), args, kwargs, "arrival", skip=2)
+    return params.get("rate") is not None
+
+
 def _looks_like_path(source: str) -> bool:
     return os.sep in source or "." in os.path.basename(source)
 
@@ -135,20 +143,26 @@ def _from_preset(
             unknown[0], f"not a parameter of preset {name!r} (parameters: {', '.join(GENERATE_PARAMS)})"
         )
     merged = {**PRESETS.get(name).params, **params}
+    if "arrival" in params and "request_rate" not in params and _spec_has_rate(params["arrival"]):
+        merged["request_rate"] = None  # the caller's own arrival rate beats the preset's default rate
     if request_rate is not None:
         if time_scale != 1.0:
             raise param_error("time_scale", "give either time_scale or request_rate, not both")
         merged["request_rate"] = request_rate
-    elif time_scale != 1.0 and merged.get("request_rate") not in (None, float("inf")):
-        merged["request_rate"] = merged["request_rate"] / time_scale  # slower clock = lower rate
-    return generate(
+    # time_scale stretches the generated clock: draw up to duration_s / time_scale, then scale.
+    df = generate(
         num_prompts,
         seed=seed,
-        duration_s=duration_s,
+        duration_s=None if duration_s is None else duration_s / time_scale,
         max_model_len=max_model_len,
         clip=True if clip is None else clip,
         **merged,
     )
+    if time_scale != 1.0:
+        attrs = dict(df.attrs)
+        df = df.assign(arrival_s=df["arrival_s"].to_numpy() * time_scale)
+        df.attrs.update(attrs)
+    return df
 
 
 def _from_file(

@@ -53,13 +53,6 @@ MIN_VALUE: dict[str, int] = {
     "turn": 1,
     "n": 1,
 }
-ATTR_KEYS: tuple[str, ...] = (
-    "source",
-    "block_hash_tokens",
-    "clipped_requests",
-    "skipped_rows",
-    "closed_loop",
-)
 
 
 @dataclass(frozen=True)

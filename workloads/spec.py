@@ -67,7 +67,9 @@ def bind(
 
 def format_spec(name: str, params: Mapping[str, Any]) -> str:
     """The canonical text form of a spec, for describe() output and summaries."""
-    inner = ", ".join(f"{k}={v!r}" for k, v in params.items())
+    inner = ", ".join(
+        f"{k}={(f'array{v.shape}' if hasattr(v, 'shape') else repr(v))}" for k, v in params.items()
+    )
     return f"{name}({inner})"
 
 

@@ -41,6 +41,14 @@ def _model_from_results(results_dir: Path) -> dict[str, Any]:
     return {}
 
 
+def _check_range(flag: str, value: float, low: float, high: float) -> None:
+    """One-line GpuError (exit 2) for a flag outside [low, high]."""
+    from gpu.errors import GpuError
+
+    if not low <= value <= high:
+        raise GpuError(f"{flag} must be in [{low:g}, {high:g}], got {value:g}")
+
+
 def register(app: typer.Typer) -> None:
     @app.command("calibrate")
     def calibrate(
@@ -49,15 +57,13 @@ def register(app: typer.Typer) -> None:
             None, "--raw-csv", help="Raw timings CSV (default: next to --output)."
         ),
         quick: bool = typer.Option(False, "--quick", help="A small grid for a smoke run."),
-        max_point_gb: float = typer.Option(
-            8.0, "--max-point-gb", min=0.5, max=64.0, help="KV memory cap per point."
-        ),
-        repeats: int = typer.Option(
-            20, "--repeats", min=20, max=1000, help="Timed repeats per point (>= 20)."
-        ),
+        max_point_gb: float = typer.Option(8.0, "--max-point-gb", help="KV memory cap per point."),
+        repeats: int = typer.Option(20, "--repeats", help="Timed repeats per point (>= 20)."),
         seed: int = typer.Option(0, "--seed", help="Seed of the random data and shuffled layouts."),
     ) -> None:
         """Measure gather and decode-attention costs on this GPU and write a calibration profile."""
+        _check_range("--max-point-gb", max_point_gb, 0.5, 64.0)
+        _check_range("--repeats", repeats, 20, 1000)
         from gpu.backend import require_cupy
 
         require_cupy()  # one line and exit 2 without a device, before any work
@@ -77,28 +83,24 @@ def register(app: typer.Typer) -> None:
         output: Path | None = typer.Option(
             None, "--output", "-o", help="CSV to write (default: RESULTS_DIR/replay.csv)."
         ),
-        num_q_heads: int | None = typer.Option(
-            None, "--num-q-heads", min=1, help="Default: from summary.json."
-        ),
-        num_kv_heads: int | None = typer.Option(
-            None, "--num-kv-heads", min=1, help="Default: from summary.json."
-        ),
+        num_q_heads: int | None = typer.Option(None, "--num-q-heads", help="Default: from summary.json."),
+        num_kv_heads: int | None = typer.Option(None, "--num-kv-heads", help="Default: from summary.json."),
         head_dim: int | None = typer.Option(
             None, "--head-dim", help="64 or 128. Default: from summary.json."
         ),
-        num_layers: int | None = typer.Option(
-            None, "--num-layers", min=1, help="Default: from summary.json."
-        ),
+        num_layers: int | None = typer.Option(None, "--num-layers", help="Default: from summary.json."),
         dtype: str | None = typer.Option(None, "--dtype", help="bf16 or fp16."),
-        budget_gb: float = typer.Option(
-            8.0, "--budget-gb", min=0.01, max=64.0, help="Replay pool cap (K+V)."
-        ),
-        max_steps: int | None = typer.Option(
-            None, "--max-steps", min=1, help="Replay only the first N steps."
-        ),
-        repeats: int = typer.Option(20, "--repeats", min=20, max=1000),
+        budget_gb: float = typer.Option(8.0, "--budget-gb", help="Replay pool cap (K+V)."),
+        max_steps: int | None = typer.Option(None, "--max-steps", help="Replay only the first N steps."),
+        repeats: int = typer.Option(20, "--repeats"),
     ) -> None:
         """Time gather and attention on every exported step, next to the cost model's prediction."""
+        _check_range("--budget-gb", budget_gb, 0.01, 64.0)
+        _check_range("--repeats", repeats, 20, 1000)
+        for flag, value in (("--num-q-heads", num_q_heads), ("--num-kv-heads", num_kv_heads),
+                            ("--num-layers", num_layers), ("--max-steps", max_steps)):  # fmt: skip
+            if value is not None:
+                _check_range(flag, value, 1, 1_000_000)
         from gpu.replay import ReplayModel, load_snapshots, replay, replay_table, rows_to_csv
 
         load_snapshots(results_dir)  # validate the folder first: a bad folder is reported on any machine

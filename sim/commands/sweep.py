@@ -77,7 +77,7 @@ def register(app: typer.Typer) -> None:
             if not progress:  # the progress display already listed them
                 for cell_id, error in report.failed.items():
                     typer.echo(f"failed {cell_id}: {error}", err=True)
-            raise typer.Exit(1)
+            raise SystemExit(1)  # typer.Exit's code is lost under standalone_mode=False
 
     @app.command("capacity")
     def capacity_command(
@@ -216,10 +216,19 @@ def register(app: typer.Typer) -> None:
             dask_local=dask_local,
         )
         console = Console()
+        if not console.is_terminal:  # a pipe or a file: do not squeeze the table into 80 columns
+            console.width = max(console.width, 160)
         console.print(plan.rich_table())
+        for name, best in plan.gpu_plan().items():
+            console.print(
+                f"{name}: {best['gpus']} GPU(s) = {best['replicas']} replica(s) "
+                f"x TP {best['tensor_parallel_size']} "
+                f"for {target_rate:g} req/s ({best['max_rate_per_replica_req_s']:.3g} req/s per replica)",
+                highlight=False,
+            )
         for key, error in plan.failures.items():
             console.print(f"[red]failed[/] {key}: {error}", highlight=False)
         if output is not None:
             typer.echo(f"plan written to {plan.write(output)}")
         if plan.failures:
-            raise typer.Exit(1)
+            raise SystemExit(1)

@@ -48,7 +48,7 @@ def format_summary(summary: dict[str, Any]) -> str:
         + (f"  (format: {summary['format']})" if summary["format"] else ""),
         f"requests          {summary['count']:,}",
         f"time span         {_fmt(summary['span_s'])} s",
-        f"mean rate         {_fmt(summary['mean_rate'], 3)} req/s",
+        f"mean rate         {_fmt(summary['mean_rate'], 3)}" + (" req/s" if summary["mean_rate"] else ""),
         f"inter-arrival CV  {_fmt(summary['interarrival_cv'], 3)}  (1 = Poisson, > 1 bursty)",
     ]
     if "closed_loop" in summary:
@@ -72,9 +72,15 @@ def format_summary(summary: dict[str, Any]) -> str:
         lines.append("prefix hit ratio  n/a (no prefix information)")
     lines.append(f"clipped requests  {summary['clipped_requests']:,}")
     lines.append(f"skipped rows      {summary['skipped_rows']:,}")
-    for key in ("over_length_prompts", "clipped_max_tokens", "sessions", "n_mean"):
+    labels = {
+        "over_length_prompts": "over-long prompts",  # longer than --max-model-len, left for the engine
+        "clipped_max_tokens": "clipped limits",  # max_tokens cut to fit --max-model-len
+        "sessions": "sessions",
+        "n_mean": "mean n",
+    }
+    for key, label in labels.items():
         if key in summary:
-            lines.append(f"{key.replace('_', ' '):<17} {summary[key]}")
+            lines.append(f"{label:<18}{summary[key]:,}")
     return "\n".join(lines)
 
 
@@ -103,6 +109,9 @@ def register(app: typer.Typer) -> None:
         max_model_len: int | None = typer.Option(
             None, "--max-model-len", help="Clip or count over-long requests."
         ),
+        clip: bool | None = typer.Option(
+            None, "--clip/--no-clip", help="Clip to --max-model-len (default: presets yes, traces no)."
+        ),
         fmt: str | None = typer.Option(
             None, "--format", help="Trace format; detected from content by default."
         ),
@@ -122,6 +131,7 @@ def register(app: typer.Typer) -> None:
             request_rate=request_rate,
             time_scale=time_scale,
             max_model_len=max_model_len,
+            clip=clip,
             fmt=fmt,
             on_bad_row=on_bad_row,
             **_parse_params(param),

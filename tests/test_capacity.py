@@ -1,0 +1,229 @@
+"""`sim.capacity` with the real engine: a hand-computed answer, the max_model_len trade-off, the CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from sim.capacity import Slo, capacity
+from sim.cli import main
+from sim.config import Scenario, default_scenario
+
+STEP_S = 0.01  # every step takes 10 ms
+PROMPT_TOKENS = 32
+OUTPUT_TOKENS = 10
+KV_TOKENS = 4096  # OPT-13B: 800 KiB per token
+KNOWN = {
+    "name": "known",
+    "kv_cache_memory": 800 * 1024 * KV_TOKENS,
+    "max_model_len": 2048,
+    "max_num_seqs": 1,
+    "constant_step_s": STEP_S,
+    "num_prompts": 100,
+    "workload": {
+        "source": "sharegpt",
+        "arrival": "constant",
+        "max_tokens_policy": "exact",
+        "params": {"prompt_len": f"fixed({PROMPT_TOKENS})", "output_len": f"fixed({OUTPUT_TOKENS})"},
+    },
+}
+# One sequence at a time (max_num_seqs = 1), each needs one prefill step (its first token) and
+# OUTPUT_TOKENS - 1 decode steps: the server completes 1 / (10 x 10 ms) = 10 requests/s. With
+# evenly spaced arrivals at or below that rate every request finds the server idle (TTFT = one step,
+# 10 ms); above it the queue grows without bound and TTFT with it.
+# Just above 10 req/s request i waits i x (0.1 s - 1/rate): with 100 requests the p99 TTFT crosses
+# the 15 ms SLO below 10.01 req/s, so every verdict is known outside (10, 10.01).
+HAND_MAX_RATE_REQ_S = 1.0 / (OUTPUT_TOKENS * STEP_S)
+SLACK_REQ_S = 0.01
+
+
+@pytest.fixture(scope="module")
+def known_plan():
+    scenario = Scenario.from_dict(KNOWN)
+    return capacity(
+        scenario,
+        slo=Slo(ttft_p99_s=0.015),
+        allocators=["contiguous", "paged"],
+        max_model_lens=[1024, 2048],
+        tensor_parallel_sizes=[1, 2],
+        target_rate_req_s=25.0,
+        rel_tol=0.01,
+        jobs=2,
+    )
+
+
+def row(plan, allocator: str, max_model_len: int, tp: int = 1) -> dict:
+    [found] = [
+        r
+        for r in plan.rows
+        if (r["allocator"], r["max_model_len"], r["tensor_parallel_size"]) == (allocator, max_model_len, tp)
+    ]
+    return found
+
+
+def test_bisection_finds_the_hand_computed_max_rate(known_plan) -> None:
+    assert not known_plan.failures and len(known_plan.rows) == 6
+    for r in known_plan.rows:
+        assert r["rate_status"] == "converged"
+        assert HAND_MAX_RATE_REQ_S / 1.01 <= r["max_rate_req_s"] <= HAND_MAX_RATE_REQ_S + SLACK_REQ_S
+        low, high = r["rate_final_bracket"]
+        assert low == r["max_rate_req_s"] and high > HAND_MAX_RATE_REQ_S and high / low - 1 <= 0.01
+        for probe in r["max_rate_runs"]:  # every verdict is the hand-computed one
+            if probe["request_rate"] <= HAND_MAX_RATE_REQ_S:
+                assert probe["ok"], probe
+            elif probe["request_rate"] >= HAND_MAX_RATE_REQ_S + SLACK_REQ_S:
+                assert not probe["ok"], probe
+            assert probe["seed"] == 0 and probe["num_prompts"] == 100
+            if probe["request_rate"] <= HAND_MAX_RATE_REQ_S:  # the server is idle at every arrival
+                assert probe["p99_ttft_ms"] == pytest.approx(STEP_S * 1e3)
+
+
+def test_saturation_concurrency_matches_memory_arithmetic(known_plan) -> None:
+    # contiguous reserves max_model_len per sequence: KV_TOKENS // max_model_len fit at once
+    assert row(known_plan, "contiguous", 1024)["max_concurrency"] == KV_TOKENS // 1024 == 4
+    assert row(known_plan, "contiguous", 2048)["max_concurrency"] == 2
+    assert row(known_plan, "contiguous", 2048, tp=2)["max_concurrency"] == 2 * KV_TOKENS // 2048
+    assert row(known_plan, "contiguous", 2048)["sustained_concurrency"] == pytest.approx(2.0)
+    # vLLM's figure: KV tokens / max_model_len, no simulation behind it
+    assert row(known_plan, "paged", 1024)["vllm_max_concurrency_x"] == pytest.approx(KV_TOKENS / 1024)
+    assert row(known_plan, "paged", 2048)["vllm_max_concurrency_runs"] == []
+    # paged admits on the prompt (2 blocks of 16): 4096 / 32 = 128 at the peak, whatever max_model_len
+    for mml in (1024, 2048):
+        paged = row(known_plan, "paged", mml)
+        assert paged["max_concurrency"] == KV_TOKENS // PROMPT_TOKENS == 128
+        assert paged["concurrency_limited_by"] == "memory"
+        # the first saturation run (100 prompts) hit the prompt count, so a second one doubled it
+        assert [run["num_prompts"] for run in paged["max_concurrency_runs"]] == [100, 200]
+    # sustained under saturation: at full length a sequence holds 3 blocks (48 slots): about 4096/48
+    assert 4096 / 48 <= row(known_plan, "paged", 2048)["sustained_concurrency"] <= 128
+    assert (
+        row(known_plan, "paged", 2048)["sustained_concurrency"]
+        == row(known_plan, "paged", 1024)["sustained_concurrency"]
+    )
+
+
+def test_gpus_needed_for_a_target_rate(known_plan) -> None:
+    # 25 req/s at just under 10 req/s per replica: 3 replicas; with TP 2 each replica is 2 GPUs
+    assert row(known_plan, "contiguous", 2048)["replicas_needed"] == 3
+    assert row(known_plan, "contiguous", 2048)["gpus_needed"] == 3
+    assert row(known_plan, "contiguous", 2048, tp=2)["gpus_needed"] == 6
+    assert known_plan.gpu_plan()["paged"] == {
+        "gpus": 3,
+        "replicas": 3,
+        "tensor_parallel_size": 1,
+        "max_rate_per_replica_req_s": row(known_plan, "paged", 2048)["max_rate_req_s"],
+    }
+
+
+def test_plan_writes_json_and_csv_with_every_simulation(known_plan, tmp_path: Path) -> None:
+    data = json.loads(known_plan.write(tmp_path / "plan.json").read_text())
+    assert data["slo_text"] == "p99 TTFT <= 15 ms" and len(data["rows"]) == 6
+    assert all(r["max_rate_runs"] and r["max_concurrency_runs"] for r in data["rows"])
+    frame = pd.read_csv(known_plan.write(tmp_path / "plan.csv"))
+    assert len(frame) == 6 and {"max_rate_req_s", "max_concurrency", "gpus_needed"} <= set(frame.columns)
+    assert json.loads(frame.loc[0, "max_rate_runs"])[0]["seed"] == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["plan.csv", "plan.json"]  # no temp files left
+
+
+def test_max_model_len_trade_off_contiguous_collapses_paged_barely_moves() -> None:
+    scenario = default_scenario().with_overrides(num_prompts=150)  # ShareGPT, OPT-13B, 12 GiB of KV
+    plan = capacity(
+        scenario,
+        slo=Slo(ttft_p99_s=5.0),
+        allocators=["contiguous", "paged"],
+        max_model_lens=[1024, 2048],
+        jobs=2,
+    )
+    assert not plan.failures
+    contiguous = {r["max_model_len"]: r for r in plan.rows if r["allocator"] == "contiguous"}
+    paged = {r["max_model_len"]: r for r in plan.rows if r["allocator"] == "paged"}
+    capacity_tokens = contiguous[1024]["kv_capacity_tokens"]
+    assert contiguous[1024]["max_concurrency"] == capacity_tokens // 1024
+    assert contiguous[2048]["max_concurrency"] == capacity_tokens // 2048
+    assert contiguous[2048]["max_rate_req_s"] < 0.6 * contiguous[1024]["max_rate_req_s"]
+    assert paged[2048]["max_rate_req_s"] >= 0.8 * paged[1024]["max_rate_req_s"]
+    assert paged[2048]["sustained_concurrency"] >= 0.9 * paged[1024]["sustained_concurrency"]
+    assert paged[2048]["max_rate_req_s"] > 3 * contiguous[2048]["max_rate_req_s"]
+
+
+def run_cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    with pytest.raises(SystemExit) as info:
+        main(args)
+    captured = capsys.readouterr()
+    return int(info.value.code or 0), captured.out, captured.err
+
+
+def test_cli_capacity_prints_the_table_and_writes_json(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    scenario_file = tmp_path / "known.toml"
+    scenario_file.write_text(Scenario.from_dict(KNOWN).to_toml())
+    output = tmp_path / "out" / "plan.json"
+    args = [
+        "capacity",
+        "--scenario",
+        str(scenario_file),
+        "--allocators",
+        "contiguous",
+        "--max-model-lens",
+        "1K",
+    ]
+    args += ["--slo-ttft-p99", "15ms", "--target-rate", "25", "--rate-min", "2", "--rate-max", "40"]
+    args += ["--rate-tol", "0.02", "--jobs", "1", "--output", str(output)]
+    try:
+        main(args)
+        code = 0
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "contiguous" in out and "3 GPU(s) = 3 replica(s) x TP 1" in out
+    data = json.loads(output.read_text())
+    assert {r["max_model_len"] for r in data["rows"]} == {1024, 2048}
+    assert all(r["rate_bracket"] == [2.0, 40.0] for r in data["rows"])
+    assert all(10 / 1.02 <= r["max_rate_req_s"] <= 10 + SLACK_REQ_S for r in data["rows"])
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ([], "give an SLO"),
+        (["--slo-ttft-p99", "2 parsecs"], "field '--slo-ttft-p99': expected seconds or a number with a unit"),
+        (["--slo-tpot-p99", "-1s"], "must be a finite duration >= 0 s"),
+        (["--slo-ttft-p99", "2s", "--output", "plan.txt"], "suffix must be .json or .csv"),
+        (["--slo-ttft-p99", "2s", "--max-model-lens", "2K,abc"], "--max-model-lens: 'abc' is not an integer"),
+        (["--slo-ttft-p99", "2s", "--rate-min", "1"], "--rate-min and --rate-max go together"),
+        (["--slo-ttft-p99", "2s", "--rate-min", "5", "--rate-max", "1"], "0 < min < max"),
+        (["--slo-ttft-p99", "2s", "--target-rate", "0"], "--target-rate must be a finite number > 0"),
+        (["--slo-ttft-p99", "2s", "--allocators", "paged,nope"], "unknown allocator 'nope'"),
+        (["--slo-ttft-p99", "2s", "--jobs", "0"], "--jobs must be an integer >= 1"),
+    ],
+)
+def test_cli_capacity_bad_input_gives_one_line_and_exit_2(
+    args: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = run_cli(["capacity", *args], capsys)
+    assert code == 2 and err.startswith("error: ") and message in err and err.count("\n") == 1, err
+
+
+def test_slo_on_normalized_latency_is_judged_on_the_mean() -> None:
+    scenario = Scenario.from_dict(KNOWN)
+    plan = capacity(
+        scenario,
+        slo=Slo(normalized_latency_s_per_token=0.0105),  # 10 steps of 10 ms over 10 tokens: 0.01 s/token idle
+        allocators=["paged"],
+        max_model_lens=[2048],
+        rate_bracket=(1.0, 20.0),
+        rel_tol=0.02,
+        jobs=1,
+    )
+    [r] = plan.rows
+    # below 10 req/s the mean is exactly 0.01 s/token; above, waits add up quickly across 100 requests
+    assert HAND_MAX_RATE_REQ_S / 1.02 <= r["max_rate_req_s"] <= HAND_MAX_RATE_REQ_S + SLACK_REQ_S
+    for probe in r["max_rate_runs"]:
+        assert probe["ok"] == (probe["mean_normalized_latency_s_per_token"] <= 0.0105)
+        if probe["request_rate"] <= HAND_MAX_RATE_REQ_S:
+            assert probe["mean_normalized_latency_s_per_token"] == pytest.approx(0.01)
