@@ -58,7 +58,7 @@ def metric_frame(table: pd.DataFrame) -> pd.DataFrame:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--num-prompts", type=int, default=8000, help="requests per cell")
+    parser.add_argument("--num-prompts", type=int, default=4000, help="requests per cell")
     parser.add_argument("--skip-dask", action="store_true")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="kvsim-bench-sweep-") as tmp:

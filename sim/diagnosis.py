@@ -38,7 +38,7 @@ class Thresholds:
     queue_min_requests: int = 10  # "the queue grew": its peak reached this many waiting requests
     external_pct: float = 10.0  # free-but-unusable share while requests waited
     reserved_unused_pct: float = 25.0  # reserved-without-tokens share while requests waited
-    max_model_len_tolerance: float = 0.15  # peak concurrency within ±15 % of capacity/max_model_len
+    max_model_len_tolerance: float = 0.15  # concurrency while waiting within ±15 % of capacity/max_model_len
     actual_fit_factor: float = 2.0  # actual lengths would have fitted this many times more sequences
     duplicated_pct: float = 5.0
     waste_pct: float = 50.0  # of allocated KV
@@ -68,20 +68,22 @@ def step_hold_s(steps: pd.DataFrame) -> np.ndarray:
     return np.maximum(np.diff(time_s, append=time_s[-1] + last_s), 0.0)
 
 
-def _waiting_mean_pct(steps: pd.DataFrame, part: str | list[str]) -> float:
-    """Time-weighted mean of a taxonomy part (or sum of parts), in % of capacity, over the steps
-    during which at least one request waited; NaN when nobody ever waited."""
+def _waiting_mean(steps: pd.DataFrame, values: np.ndarray) -> float:
+    """Time-weighted mean of per-row `values` over the rows during which at least one request
+    waited; NaN when nobody ever waited."""
     waiting = steps["queue_length"].to_numpy() > 0
     if not waiting.any():
         return math.nan
-    parts = [part] if isinstance(part, str) else part
-    share = steps[parts].to_numpy(dtype=float).sum(axis=1) / np.maximum(
-        steps["capacity"].to_numpy(dtype=float), 1.0
-    )
     weights = step_hold_s(steps) * waiting
     if weights.sum() <= 0:
         weights = waiting.astype(float)
-    return 100.0 * float(np.average(share, weights=weights))
+    return float(np.average(values, weights=weights))
+
+
+def _waiting_mean_pct(steps: pd.DataFrame, parts: list[str]) -> float:
+    """Time-weighted share of the taxonomy `parts` (summed), in % of capacity, while requests waited."""
+    capacity = np.maximum(steps["capacity"].to_numpy(dtype=float), 1.0)
+    return 100.0 * _waiting_mean(steps, steps[parts].to_numpy(dtype=float).sum(axis=1) / capacity)
 
 
 def _max_queue(run: RunLike) -> int:
@@ -91,7 +93,7 @@ def _max_queue(run: RunLike) -> int:
 def shape_not_capacity(label: str, run: RunLike, t: Thresholds) -> Statement | None:
     """Requests waited while a large share of memory was free in holes too small for them."""
     max_queue = _max_queue(run)
-    external_pct = _waiting_mean_pct(run.steps, "external")
+    external_pct = _waiting_mean_pct(run.steps, ["external"])
     if max_queue < t.queue_min_requests or not external_pct >= t.external_pct:
         return None
     return Statement(
@@ -110,7 +112,7 @@ def reserved_but_unused(label: str, run: RunLike, t: Thresholds) -> Statement | 
     unused_pct = _waiting_mean_pct(run.steps, ["reservation", "internal"])
     if max_queue < t.queue_min_requests or not unused_pct >= t.reserved_unused_pct:
         return None
-    internal_pct = _waiting_mean_pct(run.steps, "internal")
+    internal_pct = _waiting_mean_pct(run.steps, ["internal"])
     return Statement(
         "reserved_but_unused",
         label,
@@ -120,17 +122,6 @@ def reserved_but_unused(label: str, run: RunLike, t: Thresholds) -> Statement | 
         f"peak queue ≥ {t.queue_min_requests} and reservation + internal ≥ {t.reserved_unused_pct:g} % of "
         "capacity, time-averaged while requests waited",
     )
-
-
-def _waiting_mean(steps: pd.DataFrame, column: str) -> float:
-    """Time-weighted mean of a step column over the rows during which requests waited (NaN: never)."""
-    waiting = steps["queue_length"].to_numpy() > 0
-    weights = step_hold_s(steps) * waiting
-    if not waiting.any():
-        return math.nan
-    if weights.sum() <= 0:
-        weights = waiting.astype(float)
-    return float(np.average(steps[column].to_numpy(dtype=float), weights=weights))
 
 
 def concurrency_tracked_max_model_len(label: str, run: RunLike, t: Thresholds) -> Statement | None:
@@ -148,7 +139,7 @@ def concurrency_tracked_max_model_len(label: str, run: RunLike, t: Thresholds) -
         return None
     mean_length_tokens = float((served["prompt_tokens"] + served["generated_tokens"]).mean())
     bound = math.floor(capacity_tokens / float(max_model_len))
-    waiting_concurrency = _waiting_mean(run.steps, "num_running")
+    waiting_concurrency = _waiting_mean(run.steps, run.steps["num_running"].to_numpy(dtype=float))
     would_fit = capacity_tokens / max(mean_length_tokens, 1.0)
     near_bound = abs(waiting_concurrency - bound) <= t.max_model_len_tolerance * bound
     if bound < 1 or not near_bound or would_fit < t.actual_fit_factor * waiting_concurrency:

@@ -151,7 +151,13 @@ class DaskExecutor:
     deaths the task fails with KilledWorker, which becomes a failed cell, never a crashed sweep.
     """
 
-    def __init__(self, *, scheduler: str | None = None, local_workers: int | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        scheduler: str | None = None,
+        local_workers: int | None = None,
+        connect_timeout_s: float = 10.0,
+    ) -> None:
         if (scheduler is None) == (local_workers is None):
             raise ExecutorError("give exactly one of --scheduler ADDR and --dask-local N")
         try:
@@ -171,7 +177,7 @@ class DaskExecutor:
             self.client = Client(self._cluster)
         else:
             try:
-                self.client = Client(scheduler, timeout="10s")
+                self.client = Client(scheduler, timeout=f"{connect_timeout_s}s")
             except (OSError, TimeoutError, ValueError) as exc:
                 raise ExecutorError(f"--scheduler {scheduler}: cannot connect ({_first_line(exc)})") from exc
         self.remote = local_workers is None

@@ -36,23 +36,24 @@ RESULT_FILES: tuple[str, ...] = ("summary.json", "requests.parquet", "steps.parq
 SUMMARY_KEYS: tuple[str, ...] = ("scenario", "allocator", "metrics")
 
 # The summary table: (metric key in summary.json, column header, number format).
+# Headers are short so that the table fits a page; UNITS_NOTE and docs/metrics.md say what each means.
 TABLE_COLUMNS: tuple[tuple[str, str, str], ...] = (
-    ("waste_pct", "waste % of allocated", "pct"),
+    ("waste_pct", "waste %", "pct"),
     ("kv_token_states_pct", "token states %", "pct"),
     ("kv_reservation_pct", "reservation %", "pct"),
     ("kv_internal_pct", "internal %", "pct"),
     ("kv_external_pct", "external %", "pct"),
     ("kv_duplicated_pct", "duplicated %", "pct"),
     ("kv_free_pct", "free %", "pct"),
-    ("mean_concurrency", "mean concurrency", "float2"),
-    ("max_concurrency", "max concurrency", "count"),
-    ("request_throughput", "throughput (req/s)", "float3"),
-    ("output_throughput", "throughput (output tok/s)", "float1"),
-    ("median_ttft_ms", "p50 TTFT (ms)", "float2"),
-    ("p99_ttft_ms", "p99 TTFT (ms)", "float2"),
-    ("median_tpot_ms", "p50 TPOT (ms)", "float2"),
-    ("p99_tpot_ms", "p99 TPOT (ms)", "float2"),
-    ("mean_normalized_latency_s_per_token", "normalized latency (s/token)", "sig4"),
+    ("mean_concurrency", "mean conc.", "float2"),
+    ("max_concurrency", "max conc.", "count"),
+    ("request_throughput", "req/s", "float3"),
+    ("output_throughput", "output tok/s", "float1"),
+    ("median_ttft_ms", "p50 TTFT ms", "float2"),
+    ("p99_ttft_ms", "p99 TTFT ms", "float2"),
+    ("median_tpot_ms", "p50 TPOT ms", "float2"),
+    ("p99_tpot_ms", "p99 TPOT ms", "float2"),
+    ("mean_normalized_latency_s_per_token", "norm. latency s/token", "sig4"),
     ("preemptions", "preemptions", "count"),
     ("rejected", "rejections", "count"),
 )
@@ -105,7 +106,9 @@ FIGURE_CAPTIONS: dict[str, str] = {
 
 
 UNITS_NOTE = (
-    "Taxonomy parts are time-averaged % of KV capacity; waste is % of allocated KV holding no token state."
+    "Taxonomy parts (token states ... free) are time-averaged % of KV capacity; waste is % of allocated KV "
+    "holding no token state; concurrency counts running sequences; latencies are per completed request "
+    "(p50/p99), normalized latency is the mean end-to-end latency per output token."
 )
 
 
@@ -183,15 +186,19 @@ def load_results(results_dir: Path) -> LoadedRun:
 
 
 def expand_results_dirs(results_dirs: Sequence[Path]) -> list[Path]:
-    """The run folders behind the arguments: a folder without summary.json that holds run folders
-    (e.g. the output of `kvsim compare`) stands for those sub-folders, in name order."""
+    """The run folders behind the arguments: a folder without result files that holds run folders
+    (e.g. the output of `kvsim compare`) stands for those sub-folders, in name order. Hidden folders
+    (a crashed write's `.name.tmp-*`) are skipped; a sub-folder with only some result files is kept,
+    so that loading refuses it by name instead of the report silently leaving it out."""
     expanded: list[Path] = []
     for results_dir in map(Path, results_dirs):
         if results_dir.is_dir() and not any((results_dir / name).exists() for name in RESULT_FILES):
             children = sorted(
                 child
                 for child in results_dir.iterdir()
-                if child.is_dir() and any((child / name).exists() for name in RESULT_FILES)
+                if child.is_dir()
+                and not child.name.startswith(".")
+                and any((child / name).exists() for name in RESULT_FILES)
             )
             if children:
                 expanded.extend(children)

@@ -167,6 +167,20 @@ def test_bad_folder_gives_one_line_exit_2_and_no_report(
     assert not (tmp_path / "report.md").exists() and not (tmp_path / "figures").exists()
 
 
+def test_compare_folder_with_a_partial_run_is_refused(
+    compare_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (compare_dir / "paged" / "summary.json").unlink()
+    (compare_dir / ".virtual.tmp-1234").mkdir()  # a crashed write: hidden, ignored
+    (compare_dir / ".virtual.tmp-1234" / "steps.parquet").write_bytes(b"")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["report", str(compare_dir)])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "paged: missing summary.json" in err and ".virtual" not in err
+    assert not (compare_dir / "report.html").exists()
+
+
 def test_missing_folder_and_empty_list(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_info:
         main(["report", str(tmp_path / "nowhere")])

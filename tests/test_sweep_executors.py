@@ -7,7 +7,7 @@ from pathlib import Path
 import _sweep_helpers as helpers
 import pytest
 
-from sim.executors import ExecutorError, LocalProcessExecutor, check_backend_args, make_executor
+from sim.executors import DaskExecutor, ExecutorError, LocalProcessExecutor, check_backend_args, make_executor
 
 
 def test_local_pool_retries_a_task_whose_worker_died(tmp_path: Path) -> None:
@@ -46,3 +46,31 @@ def test_bad_backend_flags(kwargs: dict, message: str) -> None:
         check_backend_args(**kwargs)
     with pytest.raises(ExecutorError, match=message):
         make_executor(**kwargs)
+
+
+def test_dask_cluster_reschedules_the_task_of_a_dead_worker(tmp_path: Path) -> None:
+    distributed = pytest.importorskip("distributed")
+    import logging
+
+    with distributed.LocalCluster(
+        n_workers=2,
+        threads_per_worker=1,
+        processes=True,
+        dashboard_address=None,
+        silence_logs=logging.CRITICAL,
+    ) as cluster:
+        executor = make_executor(scheduler=cluster.scheduler_address)
+        try:
+            assert executor.remote and executor.slots == 2
+            items = [(str(i), (i, str(tmp_path))) for i in range(5)]
+            outcomes = {o.key: o for o in executor.map_unordered(helpers.square_or_die, items)}
+            assert {k: o.value for k, o in outcomes.items() if o.ok} == {str(i): i * i for i in range(5)}
+            assert (tmp_path / "seen-3").exists()  # value 3 really killed a worker before succeeding
+        finally:
+            executor.close()
+
+
+def test_unreachable_scheduler_is_one_line() -> None:
+    pytest.importorskip("distributed")
+    with pytest.raises(ExecutorError, match="--scheduler tcp://127.0.0.1:9: cannot connect"):
+        DaskExecutor(scheduler="tcp://127.0.0.1:9", connect_timeout_s=0.5)
