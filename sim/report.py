@@ -20,6 +20,7 @@ import os
 import shutil
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -251,10 +252,10 @@ def run_labels(runs: Sequence[LoadedRun]) -> list[str]:
             else:
                 detail = runs[i].path.name
             labels[i] = f"{name} ({detail})"
-    seen: dict[str, int] = {}
+    counts, seen = Counter(labels), Counter[str]()
     for i, label in enumerate(labels):
-        if labels.count(label) > 1:
-            seen[label] = seen.get(label, 0) + 1
+        if counts[label] > 1:
+            seen[label] += 1
             labels[i] = f"{label} #{seen[label]}"
     return labels
 

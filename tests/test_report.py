@@ -93,6 +93,8 @@ def test_same_allocator_twice_gets_distinct_labels(tmp_path: Path) -> None:
     parsed = parse_html(report([a, b, c], output_dir=tmp_path / "out"))
     labels = [label for label, _ in parsed.rows]
     assert labels == ["paged (max_model_len=2048)", "paged (max_model_len=4096)", "contiguous"]
+    twice = parse_html(report([c, c], output_dir=tmp_path / "twice"))
+    assert [label for label, _ in twice.rows] == ["contiguous (c) #1", "contiguous (c) #2"]
 
 
 def test_rate_sweep_adds_figure_5_and_later_report_removes_it(tmp_path: Path) -> None:

@@ -104,6 +104,21 @@ def test_dask_local_cluster_gives_the_same_table_as_local_processes(local_2x2, t
     pd.testing.assert_frame_equal(dask_table.drop(columns=WALL_COLUMNS), table.drop(columns=WALL_COLUMNS))
 
 
+def test_scheduler_address_path_writes_the_runs_in_the_client(local_2x2, tmp_path: Path) -> None:
+    distributed = pytest.importorskip("distributed")
+    import logging
+
+    table, _ = local_2x2
+    with distributed.LocalCluster(
+        n_workers=1, threads_per_worker=2, processes=True, dashboard_address=None, silence_logs=logging.ERROR
+    ) as cluster:
+        remote = sweep(
+            SPEC_2X2, scheduler=cluster.scheduler_address, output_dir=tmp_path / "remote", progress=False
+        )
+    pd.testing.assert_frame_equal(remote.drop(columns=WALL_COLUMNS), table.drop(columns=WALL_COLUMNS))
+    assert len(list((tmp_path / "remote" / "cells").glob("*/requests.parquet"))) == 4
+
+
 def test_sweep_killed_midway_resumes_without_losing_or_duplicating(tmp_path: Path) -> None:
     spec = spec_toml(
         tmp_path / "killme.toml",
