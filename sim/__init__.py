@@ -20,7 +20,7 @@ _EXPORTS: dict[str, str] = {
     "write_run": "sim.results",
     "sweep": "sim.sweep",
     "capacity": "sim.capacity",
-    "report": "sim.report",
+    "report": "sim.reporting",
 }
 
 __all__ = ["__version__", *_EXPORTS]

@@ -4,12 +4,12 @@ Why simulations and not formulas: whether a rate is sustainable depends on batch
 fragmentation and the cost model together. So every figure here is measured, and lists the runs
 (rate, seed, prompts) it came from. The answers, per allocator:
 
-1. max sustainable request rate: the highest rate whose run meets the SLO with a stable backlog,
+1. max sustainable request rate: the highest rate whose run meets the SLO with a stable queue,
    found by geometric bisection (see `find_max_rate` and `judge_run`; docs/capacity.md);
-2. max concurrency: the peak number of sequences running at once when every request arrives at
-   t = 0 and `max_num_seqs` is lifted, i.e. what the KV memory admits at the workload's real
-   lengths; beside it vLLM's own "Maximum concurrency for N tokens per request: X x"
-   (= KV capacity tokens / max_model_len, no simulation);
+2. max concurrency: from a saturation run (every request at t = 0, `max_num_seqs` lifted), the peak
+   number of sequences running at once and the concurrency sustained while requests wait, i.e. what
+   the KV memory holds at the workload's real lengths; beside them vLLM's own "Maximum concurrency
+   for N tokens per request: X x" (= KV capacity tokens / max_model_len, no simulation);
 3. GPUs needed for a target rate: replicas = ceil(target / max rate of one replica) for each tensor
    parallel size asked for; GPUs = replicas x TP, the smallest wins;
 4. the max_model_len trade-off: 1 and 2 again for each max_model_len asked for.
@@ -34,7 +34,7 @@ from sim.errors import KvsimError
 
 DEFAULT_MAX_MODEL_LENS: tuple[int, ...] = (2048, 4096, 8192, 16384, 32768)
 DEFAULT_REL_TOL = 0.05  # bisection stops when hi/lo - 1 <= this
-DEFAULT_BACKLOG_TOLERANCE = 0.05  # stable iff the queue grows by <= this fraction of the arrival rate
+DEFAULT_QUEUE_SLOPE_TOLERANCE = 0.05  # stable iff the queue grows by <= this fraction of the arrival rate
 SATURATION_BRACKET_HIGH = 1.25  # bracket high = this x the saturation run's request throughput
 BRACKET_RATIO = 64.0  # bracket low = high / this
 MAX_EXPANSIONS = 8  # times the bracket may be widened (x2 or /2) when an end is on the wrong side
@@ -109,12 +109,12 @@ def queue_slope_req_s(steps: Any, start_s: float, end_s: float) -> float:
 
 
 def judge_run(
-    run: Any, rate_req_s: float, slo: Slo, backlog_tolerance: float = DEFAULT_BACKLOG_TOLERANCE
+    run: Any, rate_req_s: float, slo: Slo, queue_slope_tolerance: float = DEFAULT_QUEUE_SLOPE_TOLERANCE
 ) -> tuple[bool, dict[str, Any]]:
     """Is this rate sustainable? (SLO holds) and (no request rejected) and (the queue is stable).
 
     Stable: the waiting queue's fitted slope over the second half of the arrivals (T/2 to T, T the
-    last arrival; `queue_slope_req_s`) is at most `backlog_tolerance` x the arrival rate.
+    last arrival; `queue_slope_req_s`) is at most `queue_slope_tolerance` x the arrival rate.
     Returns the verdict and the evidence it was judged on.
     """
     metrics = run.summary["metrics"]
@@ -135,8 +135,8 @@ def judge_run(
     reasons = []
     if evidence["rejected"]:
         reasons.append(f"{evidence['rejected']} request(s) rejected")
-    if slope > backlog_tolerance * rate_req_s:
-        reasons.append(f"queue grows {slope:.3g} req/s > {backlog_tolerance:g} x rate")
+    if slope > queue_slope_tolerance * rate_req_s:
+        reasons.append(f"queue grows {slope:.3g} req/s > {queue_slope_tolerance:g} x rate")
     checks = (
         (slo.ttft_p99_s, "p99_ttft_ms", 1e3, "p99 TTFT"),
         (slo.tpot_p99_s, "p99_tpot_ms", 1e3, "p99 TPOT"),
@@ -255,7 +255,7 @@ class PlanJob:
     slo: Slo
     rel_tol: float
     rate_bracket: tuple[float, float] | None
-    backlog_tolerance: float
+    queue_slope_tolerance: float
     find_rate: bool
 
 
@@ -353,7 +353,7 @@ def plan_one(job: PlanJob) -> dict[str, Any]:
     def evaluate(rate: float) -> tuple[bool, dict[str, Any]]:
         probe_scenario = scenario.with_overrides(**{"workload.request_rate": rate})
         run = simulate(probe_scenario)
-        ok, evidence = judge_run(run, rate, job.slo, job.backlog_tolerance)
+        ok, evidence = judge_run(run, rate, job.slo, job.queue_slope_tolerance)
         return ok, _sim_record(probe_scenario, run, {"purpose": "rate probe", **evidence})
 
     if job.rate_bracket is not None:
@@ -390,7 +390,7 @@ class CapacityPlan:
     target_rate_req_s: float | None
     rows: list[dict[str, Any]]
     failures: dict[str, str] = field(default_factory=dict)
-    backlog_tolerance: float = DEFAULT_BACKLOG_TOLERANCE
+    queue_slope_tolerance: float = DEFAULT_QUEUE_SLOPE_TOLERANCE
 
     def gpu_plan(self) -> dict[str, dict[str, Any]]:
         """Per allocator, the fewest GPUs that serve the target rate at the scenario's max_model_len."""
@@ -418,8 +418,8 @@ class CapacityPlan:
             "slo_text": self.slo.describe(),
             "target_rate_req_s": self.target_rate_req_s,
             "stability_rule": (
-                f"waiting-queue slope over the second half of the arrivals <= {self.backlog_tolerance:g} x "
-                "rate, no request is rejected, and the SLO holds"
+                "waiting-queue slope over the second half of the arrivals <= "
+                f"{self.queue_slope_tolerance:g} x rate, no request is rejected, and the SLO holds"
             ),
             "gpus_needed": self.gpu_plan(),
             "rows": self.rows,
@@ -457,6 +457,9 @@ class CapacityPlan:
         try:
             with os.fdopen(handle, "w") as out:
                 out.write(text)
+            mask = os.umask(0)
+            os.umask(mask)
+            os.chmod(temp_name, 0o666 & ~mask)  # mkstemp makes 0600; a plan is as readable as any output
             os.replace(temp_name, target)
         except BaseException:
             Path(temp_name).unlink(missing_ok=True)
@@ -554,7 +557,7 @@ def capacity(
     max_model_lens: Sequence[int] | None = None,
     rate_bracket: tuple[float, float] | None = None,
     rel_tol: float = DEFAULT_REL_TOL,
-    backlog_tolerance: float = DEFAULT_BACKLOG_TOLERANCE,
+    queue_slope_tolerance: float = DEFAULT_QUEUE_SLOPE_TOLERANCE,
     jobs: int | None = None,
     scheduler: str | None = None,
     dask_local: int | None = None,
@@ -611,7 +614,9 @@ def capacity(
             plan_jobs.append(
                 (
                     key,
-                    PlanJob(name, mml, tp, job_scenario, slo, rel_tol, rate_bracket, backlog_tolerance, True),
+                    PlanJob(
+                        name, mml, tp, job_scenario, slo, rel_tol, rate_bracket, queue_slope_tolerance, True
+                    ),
                 )
             )
 
@@ -647,7 +652,7 @@ def capacity(
         target_rate_req_s=target_rate_req_s,
         rows=rows,
         failures=failures,
-        backlog_tolerance=backlog_tolerance,
+        queue_slope_tolerance=queue_slope_tolerance,
     )
 
 

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 if TYPE_CHECKING:
-    from sim.report import RunLike
+    from sim.reporting import RunLike
 
 
 @dataclass(frozen=True)

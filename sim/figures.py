@@ -29,7 +29,7 @@ from allocators.base import BREAKDOWN_PARTS
 from sim.diagnosis import step_hold_s
 
 if TYPE_CHECKING:
-    from sim.report import RunLike
+    from sim.reporting import RunLike
 
 # One colour per taxonomy part, everywhere (Okabe-Ito palette: distinguishable for colour-blind readers).
 PART_COLORS: dict[str, str] = {

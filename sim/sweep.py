@@ -19,7 +19,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -220,6 +220,12 @@ def _arrow_safe(frame: pd.DataFrame) -> pd.DataFrame:
     return frame
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def write_table_atomic(frame: pd.DataFrame, path: Path) -> None:
     """Parquet through a temp file in the same folder and os.replace: never a half-written table."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -227,6 +233,7 @@ def write_table_atomic(frame: pd.DataFrame, path: Path) -> None:
     os.close(handle)
     try:
         frame.to_parquet(temp_name, index=False)
+        os.chmod(temp_name, 0o666 & ~_umask())  # mkstemp makes 0600; the table is as readable as any output
         os.replace(temp_name, path)
     except BaseException:
         Path(temp_name).unlink(missing_ok=True)
@@ -321,6 +328,8 @@ def run_sweep(
         report = SweepReport(sweep_dir=sweep_dir, total=len(spec.cells), skipped=len(spec.cells) - len(todo))
         if todo:
             _run_cells(spec, todo, cells_dir, report, jobs, scheduler, dask_local, progress, executor)
+        with suppress(OSError):  # tidy: an empty .partial/ is left only while cells are running
+            (cells_dir / PARTIAL_DIR).rmdir()
         table = gather(spec, cells_dir, report.failed)
         write_table_atomic(table, sweep_dir / SWEEP_TABLE)
     return table, report

@@ -21,7 +21,7 @@ from sim import diagnosis
 from sim.cli import main
 from sim.errors import ResultsError
 from sim.figures import PART_COLORS, resample_steps
-from sim.report import FIGURE_FILES, TABLE_COLUMNS, format_value, report
+from sim.reporting import FIGURE_FILES, TABLE_COLUMNS, format_value, report
 
 SHAPE_LIMITED = {"token_states": 20.0, "reservation": 10.0, "internal": 45.0, "external": 15.0}
 

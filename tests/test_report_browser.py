@@ -13,7 +13,7 @@ import pytest
 
 import sim
 from sim.config import default_scenario
-from sim.report import report
+from sim.reporting import report
 from sim.results import write_run
 from sim.simulation import run_label
 

@@ -15,7 +15,7 @@ from _report_helpers import CORE_FIGURES, PNG_MAGIC, assert_shown_equals, markdo
 import sim
 from sim import diagnosis
 from sim.config import default_scenario
-from sim.report import TABLE_COLUMNS, report
+from sim.reporting import TABLE_COLUMNS, report
 from sim.results import write_run
 from sim.simulation import run_label
 

@@ -8,7 +8,6 @@ as one line with exit code 2.
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import sys
 from pathlib import Path
@@ -250,11 +249,10 @@ def register(app: typer.Typer) -> None:
             for name, key, spec in SUMMARY_ROWS
         ]
         _print_table(f"kvsim compare: {scenario.name} (seed {scenario.seed})", labels, rows)
-        if importlib.util.find_spec("sim.report") is not None:
-            from sim.report import report
+        from sim.reporting import report
 
-            report_path = report(written, Path(output))
-            typer.echo(f"report written to {report_path}")
+        report_path = report(written, Path(output))
+        typer.echo(f"report written to {report_path}")
         typer.echo(
             f"results written to {Path(output)} ({len(written)} runs: {', '.join(p.name for p in written)})"
         )

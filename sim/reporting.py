@@ -1,4 +1,4 @@
-"""`sim.report`: turn results folders into report.html + report.md + figures/*.png.
+"""`sim.reporting` (public as `sim.report`): results folders -> report.html, report.md, figures/*.png.
 
 Why this shape: a report is read by people who did not run the simulation, so it must be complete or
 absent. Every folder is validated first (files, summary.json keys, table columns) and refused with
