@@ -62,6 +62,11 @@ class FreeBlockQueue:
         self.in_queue[blocks] = False
         self.num_free -= blocks.size
 
+    def peek(self, count: int) -> np.ndarray:
+        """The `count` blocks `pop(count)` would return, without taking them."""
+        valid = self._valid(self._head, self._tail)
+        return self._entries[self._head : self._tail][valid][:count]
+
     def pop(self, count: int) -> np.ndarray:
         """The `count` blocks at the head. Caller checks `num_free >= count`."""
         if count == 0:
@@ -142,6 +147,24 @@ class BlockPool:
         self.has_key[block] = True
         return True
 
+    def register_many(self, blocks: np.ndarray, keys: tuple[Hashable, ...]) -> None:
+        """Register fresh blocks under their keys (admission of a prompt), as `register` one by one.
+
+        A key still mapped to a cached free block (an earlier block of its chain was evicted, so
+        lookups never reached it) is taken over by the new block; a key held by a live block keeps
+        its holder and the new block stays unnamed.
+        """
+        block_list = blocks.tolist()
+        by_key = self._block_by_key
+        clashes = [index for index, key in enumerate(keys) if key in by_key]
+        if not clashes:
+            by_key.update(zip(keys, block_list, strict=True))
+            self._key_of_block.update(zip(block_list, keys, strict=True))
+            self.has_key[blocks] = True
+            return
+        for block, key in zip(block_list, keys, strict=True):
+            self.register(block, key)
+
     def _forget(self, block: int) -> None:
         key = self._key_of_block.pop(block)
         del self._block_by_key[key]
@@ -159,9 +182,11 @@ class BlockPool:
             keyed = freed[self.has_key[freed]]
             if self.enable_caching:
                 self.num_cached += keyed.size
-            else:
+            elif keyed.size:
+                by_key, key_of_block = self._block_by_key, self._key_of_block
                 for block in keyed.tolist():
-                    self._forget(block)
+                    del by_key[key_of_block.pop(block)]
+                self.has_key[keyed] = False
             self.queue.push(freed)
         return freed
 

@@ -25,6 +25,7 @@ import numpy as np
 from allocators.base import Layout, MemoryBreakdown, SeqSpec
 from allocators.block_pool import BlockPool
 from allocators.holes import uniform_hole_stats
+from allocators.jump_integral import paged_breakdown_integral
 from allocators.ledger import DuplicateLedger
 from allocators.prefix_keys import block_pieces, full_block_keys
 from allocators.seq_arrays import ceil_div, grown
@@ -32,16 +33,10 @@ from allocators.seq_arrays import ceil_div, grown
 _EMPTY_IDS = np.zeros(0, dtype=np.int64)
 
 
-@functools.lru_cache(maxsize=4096)
+@functools.lru_cache(maxsize=256)
 def _cached_block_keys(seq: SeqSpec, block_size: int) -> tuple[Hashable, ...]:
     """Prompt block names; cached because the engine asks demand_tokens then admit for one seq."""
     return tuple(full_block_keys(seq, block_size))
-
-
-@functools.lru_cache(maxsize=1024)
-def _cached_block_pieces(seq: SeqSpec, block_size: int) -> tuple[tuple[tuple[Hashable, int], ...], ...]:
-    """Named pieces per prompt block (see prefix_keys.block_pieces), for the duplicate ledger."""
-    return tuple(tuple(pieces) for pieces in block_pieces(seq, block_size))
 
 
 class PagedAllocator:
@@ -76,7 +71,12 @@ class PagedAllocator:
         self.prefix_hit = np.zeros(0, dtype=np.int64)
         self.cow_flag = np.zeros(0, dtype=bool)  # last block may be a shared partial block (forks)
         self._num_cow_flagged = 0
-        self.block_table = np.full((0, 8), -1, dtype=np.int64)
+        # Block tables live in rows ("slots") recycled across sequences, so the table is
+        # (live sequences x longest table), not (every seq id ever seen x longest table).
+        self.table_slot = np.zeros(0, dtype=np.int64)  # seq id -> row of _tables
+        self._tables = np.full((0, 8), -1, dtype=np.int32)
+        self._free_slots: list[int] = []
+        self._next_slot = 0
 
     # ---- per-sequence arrays -------------------------------------------------------------
     def _ensure_rows(self, seq_id: int) -> None:
@@ -89,16 +89,31 @@ class PagedAllocator:
         self.final_tokens = grown(self.final_tokens, rows, 0)
         self.prefix_hit = grown(self.prefix_hit, rows, 0)
         self.cow_flag = grown(self.cow_flag, rows, False)
-        self.block_table = grown(self.block_table, rows, -1)
+        self.table_slot = grown(self.table_slot, rows, -1)
 
     def _ensure_columns(self, num_blocks: int) -> None:
-        cols = self.block_table.shape[1]
+        cols = self._tables.shape[1]
         if num_blocks <= cols:
             return
         new_cols = max(num_blocks, 2 * cols)
-        table = np.full((self.block_table.shape[0], new_cols), -1, dtype=np.int64)
-        table[:, :cols] = self.block_table
-        self.block_table = table
+        table = np.full((self._tables.shape[0], new_cols), -1, dtype=np.int32)
+        table[:, :cols] = self._tables
+        self._tables = table
+
+    def _take_slot(self, seq_id: int) -> int:
+        """A block-table row for a new live sequence (reusing released rows first)."""
+        if self._free_slots:
+            slot = self._free_slots.pop()
+        else:
+            slot = self._next_slot
+            self._next_slot += 1
+            self._tables = grown(self._tables, slot + 1, -1)
+        self.table_slot[seq_id] = slot
+        return slot
+
+    def block_table_of(self, seq_id: int) -> np.ndarray:
+        """Physical block ids of a live sequence, in order (a copy)."""
+        return self._tables[self.table_slot[seq_id], : self.num_seq_blocks[seq_id]].astype(np.int64)
 
     def _check_new(self, seq_id: int) -> None:
         if seq_id < 0:
@@ -111,7 +126,7 @@ class PagedAllocator:
             raise RuntimeError(f"seq id {seq_id} is not live in {self.name}")
 
     # ---- content ledger (duplicates) -------------------------------------------------------
-    def _hold_pieces(self, block: int, pieces: tuple[tuple[Hashable, int], ...]) -> None:
+    def _hold_pieces(self, block: int, pieces: list[tuple[Hashable, int]]) -> None:
         """`block` (live) now holds these named pieces of a prompt: one more copy of each."""
         if not pieces:
             return
@@ -181,21 +196,25 @@ class PagedAllocator:
         live_hits = int((self.pool.refcount[hit_blocks] > 0).sum())
         if prompt_blocks - live_hits > self.pool.num_free:
             return False
-        pieces = _cached_block_pieces(seq, self.block_size)
-        revived = set(self.pool.touch(hit_blocks).tolist())
-        for index, block in enumerate(hits):  # a cached block is live content again
-            if block in revived:
-                self._hold_pieces(block, pieces[index])
+        # named pieces that could be duplicates (with sharing, whole named blocks never are)
+        pieces = block_pieces(seq, self.block_size, skip_whole_blocks=self.share_prefixes)
+        revived = self.pool.touch(hit_blocks)
+        if pieces and revived.size:  # a cached block is live content again
+            revived_set = set(revived.tolist())
+            for index, block in enumerate(hits):
+                if block in revived_set and index in pieces:
+                    self._hold_pieces(block, pieces[index])
         new_blocks = self.pool.allocate(prompt_blocks - hit_blocks.size)
-        if self.share_prefixes:
-            for offset, key in enumerate(keys[hit_blocks.size :]):
-                self.pool.register(int(new_blocks[offset]), key)
-        for index in range(hit_blocks.size, min(len(pieces), prompt_blocks)):
-            self._hold_pieces(int(new_blocks[index - hit_blocks.size]), pieces[index])
+        if self.share_prefixes and len(keys) > hit_blocks.size:
+            self.pool.register_many(new_blocks[: len(keys) - hit_blocks.size], keys[hit_blocks.size :])
+        for index, block_pieces_here in pieces.items():
+            if hit_blocks.size <= index < prompt_blocks:
+                self._hold_pieces(int(new_blocks[index - hit_blocks.size]), block_pieces_here)
         sid = seq.seq_id
         self._ensure_rows(sid)
         self._ensure_columns(prompt_blocks)
-        row = self.block_table[sid]
+        slot = self._take_slot(sid)  # may grow self._tables: index after
+        row = self._tables[slot]
         row[: hit_blocks.size] = hit_blocks
         row[hit_blocks.size : prompt_blocks] = new_blocks
         self.live[sid] = True
@@ -215,7 +234,7 @@ class PagedAllocator:
             return None
         cow = np.zeros(seq_ids.size, dtype=np.int64)
         rows = np.flatnonzero(flagged & (lengths % self.block_size != 0))
-        last_blocks = self.block_table[seq_ids[rows], have[rows] - 1]
+        last_blocks = self._tables[self.table_slot[seq_ids[rows]], have[rows] - 1]
         cow[rows] = self.pool.refcount[last_blocks] > 1
         return cow
 
@@ -273,29 +292,30 @@ class PagedAllocator:
         """Each writer whose partial last block is still shared gets a private copy (rare: forks)."""
         for sid in writers.tolist():
             last_col = int(self.num_seq_blocks[sid]) - 1
-            shared_block = int(self.block_table[sid, last_col])
+            slot = int(self.table_slot[sid])
+            shared_block = int(self._tables[slot, last_col])
             if self.pool.refcount[shared_block] <= 1:  # earlier writers already left it
                 continue
             copy = int(self.pool.allocate(1)[0])
             self.pool.refcount[shared_block] -= 1
             self._copy_content(shared_block, copy, int(self.lengths_tokens[sid]) % self.block_size)
-            self.block_table[sid, last_col] = copy
+            self._tables[slot, last_col] = copy
 
     def _append_blocks(self, seq_ids: np.ndarray, counts: np.ndarray, num_tokens: int) -> None:
         """Give seq_ids[i] counts[i] fresh blocks at the end of its table, all in one scatter."""
         have = self.num_seq_blocks[seq_ids]
         if num_tokens <= self.block_size:  # at most one block each: no repeat needed
             self._ensure_columns(int(have.max()) + 1)
-            self.block_table[seq_ids, have] = self.pool.allocate(seq_ids.size)
+            self._tables[self.table_slot[seq_ids], have] = self.pool.allocate(seq_ids.size)
             self.num_seq_blocks[seq_ids] = have + 1
             return
         total = int(counts.sum())
         self._ensure_columns(int((have + counts).max()))
         new_blocks = self.pool.allocate(total)
-        rows = np.repeat(seq_ids, counts)
+        rows = np.repeat(self.table_slot[seq_ids], counts)
         first_new = np.cumsum(counts) - counts
         cols = np.repeat(have, counts) + (np.arange(total) - np.repeat(first_new, counts))
-        self.block_table[rows, cols] = new_blocks
+        self._tables[rows, cols] = new_blocks
         self.num_seq_blocks[seq_ids] = have + counts
 
     def max_uniform_growth(self, seq_ids: np.ndarray, limit: int) -> int:
@@ -335,10 +355,13 @@ class PagedAllocator:
     def release(self, seq_id: int) -> None:
         self._check_live(seq_id)
         count = int(self.num_seq_blocks[seq_id])
-        blocks = self.block_table[seq_id, :count][::-1].copy()  # tail first: evicted first
+        slot = int(self.table_slot[seq_id])
+        blocks = self._tables[slot, :count][::-1].astype(np.int64)  # tail first: evicted first
         freed = self.pool.release(blocks)
         self._drop_content(freed)
-        self.block_table[seq_id, :count] = -1
+        self._tables[slot, :count] = -1
+        self._free_slots.append(slot)
+        self.table_slot[seq_id] = -1
         if self.cow_flag[seq_id]:
             self.cow_flag[seq_id] = False
             self._num_cow_flagged -= 1
@@ -352,7 +375,7 @@ class PagedAllocator:
         self._check_new(child.seq_id)
         count = int(self.num_seq_blocks[parent_id])
         length = int(self.lengths_tokens[parent_id])
-        parent_blocks = self.block_table[parent_id, :count].copy()
+        parent_blocks = self.block_table_of(parent_id)
         if self.fork_copies:
             if count > self.pool.num_free:
                 return False
@@ -371,7 +394,8 @@ class PagedAllocator:
                     self.cow_flag[holder] = True
                     self._num_cow_flagged += 1
         self._ensure_columns(count)
-        self.block_table[sid, :count] = child_blocks
+        slot = self._take_slot(sid)
+        self._tables[slot, :count] = child_blocks
         self.live[sid] = True
         self.lengths_tokens[sid] = length
         self.num_seq_blocks[sid] = count
@@ -399,7 +423,7 @@ class PagedAllocator:
         # a partial last block shared by forks is one physical block: count its empty slots once
         partial = (lengths % bs != 0) & (have > 0) if self._num_cow_flagged else None
         if partial is not None and partial.any():
-            last_blocks = self.block_table[ids[partial], have[partial] - 1]
+            last_blocks = self._tables[self.table_slot[ids[partial]], have[partial] - 1]
             shared = self.pool.refcount[last_blocks] > 1
             if shared.any():
                 positions = np.flatnonzero(partial)[shared]
@@ -423,6 +447,15 @@ class PagedAllocator:
             cached=self.pool.num_cached * bs,
         )
 
+    def breakdown_integral(
+        self, seq_ids: np.ndarray, durations_s: np.ndarray, next_demand_tokens: int = 0
+    ) -> dict[str, float]:
+        """sum_i durations_s[i] x breakdown part after growing `seq_ids` by i tokens (the engine's jump hook).
+
+        Exact, without growing anything; see jump_integral.py for the closed forms.
+        """
+        return paged_breakdown_integral(self, seq_ids, durations_s, next_demand_tokens)
+
     def layout(self) -> Layout:
         ids = self.live_seq_ids()
         width = int(self.num_seq_blocks[ids].max()) if ids.size else 0
@@ -432,7 +465,7 @@ class PagedAllocator:
             block_size=self.block_size,
             seq_ids=ids.copy(),
             lengths_tokens=self.lengths_tokens[ids].copy(),
-            block_table=self.block_table[ids, :width].astype(np.int32),
+            block_table=self._tables[self.table_slot[ids], :width].copy(),
         )
 
     def hole_stats(self) -> dict[str, float]:
@@ -446,7 +479,7 @@ class PagedAllocator:
             tuple(ids.tolist()),
             tuple(self.lengths_tokens[ids].tolist()),
             tuple(self.num_seq_blocks[ids].tolist()),
-            self.block_table[ids].tobytes(),
+            self._tables[self.table_slot[ids]].tobytes(),
             self.pool.refcount.tobytes(),
             self.pool.num_free,
             self.pool.num_cached,

@@ -52,23 +52,19 @@ def full_block_keys(seq: SeqSpec, block_size: int) -> list[Hashable]:
     """Keys of the prompt's leading full, named blocks of `block_size` tokens (stops at the first unnamed).
 
     Block i (tokens [i*B, (i+1)*B)) is named when all its tokens lie in named content: inside the
-    shared prefix for a prefix group, or inside hash blocks 0..J-1 (J = ceil((i+1)*B / H)) for hashes.
+    shared prefix for a prefix group, or inside hash blocks 0..J-1 (J = ceil((i+1)*B / H)) for
+    hashes, where it is named by (chain id of hash block J-1, i). Keys are small tuples built in one
+    comprehension: admission of a long prompt touches every block, so this is on the hot path.
     """
     prompt = seq.prompt_tokens
-    full_blocks = prompt // block_size
     if seq.block_hashes and seq.block_hash_tokens > 0:
         size = seq.block_hash_tokens
         chain = hash_chain(seq.block_hashes)
-        keys: list[Hashable] = []
-        for index in range(full_blocks):
-            hash_blocks_needed = -(-((index + 1) * block_size) // size)
-            if hash_blocks_needed > len(chain):
-                break
-            keys.append(("h", chain[hash_blocks_needed - 1], index))
-        return keys
+        named_blocks = min(prompt, len(chain) * size) // block_size
+        return [(chain[((index + 1) * block_size - 1) // size], index) for index in range(named_blocks)]
     if seq.prefix_group >= 0 and seq.prefix_tokens > 0:
-        shared_blocks = min(seq.prefix_tokens, prompt) // block_size
-        return [("g", seq.prefix_group, index) for index in range(shared_blocks)]
+        group = seq.prefix_group
+        return [("g", group, index) for index in range(min(seq.prefix_tokens, prompt) // block_size)]
     return []
 
 
@@ -89,22 +85,29 @@ def named_segments(seq: SeqSpec) -> list[tuple[int, int, tuple[Hashable, ...]]]:
     return []
 
 
-def block_pieces(seq: SeqSpec, block_size: int) -> list[list[tuple[Hashable, int]]]:
-    """For each leading prompt block holding named tokens: (key, tokens) of the named pieces in it.
+def block_pieces(
+    seq: SeqSpec, block_size: int, skip_whole_blocks: bool = False
+) -> dict[int, list[tuple[Hashable, int]]]:
+    """Prompt block index -> (key, tokens) of the named pieces in it, for blocks holding named tokens.
 
     A piece is the part of one named stretch that falls in one block; for a given block size it
     is the same for every sequence with that stretch, so two blocks holding the same piece hold
     identical KV (a shared block holds it once; two private blocks hold it twice: duplicated).
     Pieces cover a prefix of each block's tokens.
+
+    `skip_whole_blocks` leaves out blocks that one stretch fills entirely. With prefix sharing on,
+    such a block is named by its full-block key and stored once, so it can never be a duplicate;
+    skipping it makes admission cost O(stretches) instead of O(blocks).
     """
-    stretches = named_segments(seq)
-    if not stretches:
-        return []
-    num_blocks = -(-stretches[-1][1] // block_size)
-    pieces: list[list[tuple[Hashable, int]]] = [[] for _ in range(num_blocks)]
-    for start, end, identity in stretches:
-        for index in range(start // block_size, -(-end // block_size)):
+    pieces: dict[int, list[tuple[Hashable, int]]] = {}
+    for start, end, identity in named_segments(seq):
+        first, last = start // block_size, -(-end // block_size)  # blocks [first, last) overlap it
+        # only a stretch's first and last blocks can be partly filled by it
+        indices = sorted({first, last - 1}) if skip_whole_blocks else range(first, last)
+        for index in indices:
             low = max(start, index * block_size)
             high = min(end, (index + 1) * block_size)
-            pieces[index].append(((*identity, index, high - low), high - low))
+            if skip_whole_blocks and high - low == block_size:
+                continue
+            pieces.setdefault(index, []).append(((*identity, index, high - low), high - low))
     return pieces

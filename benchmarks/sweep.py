@@ -11,13 +11,14 @@ folder; the three sweep tables must agree on every metric but wall time.
 from __future__ import annotations
 
 import argparse
+import os
 import tempfile
 import time
 from pathlib import Path
 
 import pandas as pd
 
-from sim.sweep import sweep
+from sim.sweeping import sweep
 
 # The allocators whose cells cost about the same (contiguous cells are 4x cheaper and would leave
 # one core idle at the end); 2 x 4 x 2 = 16 cells.
@@ -44,11 +45,16 @@ def spec(num_prompts: int) -> dict:
 
 def timed(label: str, root: Path, num_prompts: int, **kwargs: object) -> tuple[float, pd.DataFrame]:
     """Run the sweep from an empty folder and print its wall time."""
+    load_1min = os.getloadavg()[0]  # other processes on the machine take cores from the workers
     started = time.perf_counter()
     table = sweep(spec(num_prompts), output_dir=root / label.replace(" ", ""), progress=False, **kwargs)
     wall_s = time.perf_counter() - started
     failed = int((table["status"] != "ok").sum())
-    print(f"{label:<14} {wall_s:8.2f} s  ({len(table)} cells, {failed} failed)", flush=True)
+    print(
+        f"{label:<14} {wall_s:8.2f} s  ({len(table)} cells, {failed} failed; "
+        f"load average before: {load_1min:.2f})",
+        flush=True,
+    )
     return wall_s, table
 
 

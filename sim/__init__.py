@@ -18,8 +18,8 @@ _EXPORTS: dict[str, str] = {
     "Run": "sim.results",
     "load_run": "sim.results",
     "write_run": "sim.results",
-    "sweep": "sim.sweep",
-    "capacity": "sim.capacity",
+    "sweep": "sim.sweeping",
+    "capacity": "sim.capacity_planning",
     "report": "sim.reporting",
 }
 

@@ -49,7 +49,10 @@ class CellExecutor(Protocol):
     def running(self) -> int: ...
 
     def map_unordered(
-        self, fn: Callable[[Any], Any], items: Sequence[tuple[str, Any]]
+        self,
+        fn: Callable[[Any], Any],
+        items: Sequence[tuple[str, Any]],
+        on_start: Callable[[], None] | None = None,
     ) -> Iterator[Outcome]: ...
 
     def close(self) -> None: ...
@@ -98,7 +101,13 @@ class LocalProcessExecutor:
         self._pool = ProcessPoolExecutor(max_workers=self.slots, mp_context=self._context)
         return self._pool
 
-    def map_unordered(self, fn: Callable[[Any], Any], items: Sequence[tuple[str, Any]]) -> Iterator[Outcome]:
+    def map_unordered(
+        self,
+        fn: Callable[[Any], Any],
+        items: Sequence[tuple[str, Any]],
+        on_start: Callable[[], None] | None = None,
+    ) -> Iterator[Outcome]:
+        """Outcomes in completion order; `on_start()` is called whenever tasks were handed to workers."""
         args = dict(items)
         pending: deque[str] = deque(key for key, _ in items)
         attempts: Counter[str] = Counter()
@@ -108,6 +117,8 @@ class LocalProcessExecutor:
                 key = pending.popleft()
                 attempts[key] += 1
                 self._in_flight[pool.submit(fn, args[key])] = key
+                if on_start is not None:
+                    on_start()
             done, _ = wait(list(self._in_flight), return_when=FIRST_COMPLETED)
             broken = False
             for future in done:
@@ -192,7 +203,13 @@ class DaskExecutor:
     def running(self) -> int:
         return min(self._in_flight, self.slots)
 
-    def map_unordered(self, fn: Callable[[Any], Any], items: Sequence[tuple[str, Any]]) -> Iterator[Outcome]:
+    def map_unordered(
+        self,
+        fn: Callable[[Any], Any],
+        items: Sequence[tuple[str, Any]],
+        on_start: Callable[[], None] | None = None,
+    ) -> Iterator[Outcome]:
+        """Outcomes in completion order; `on_start()` is called once every task is submitted."""
         from distributed import as_completed
 
         futures = {
@@ -200,6 +217,8 @@ class DaskExecutor:
             for key, arg in items
         }
         self._in_flight = len(futures)
+        if on_start is not None:
+            on_start()
         try:
             for future in as_completed(list(futures)):
                 key = futures[future]

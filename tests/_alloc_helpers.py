@@ -38,6 +38,7 @@ def prompt_labels(seq: SeqSpec) -> list[Hashable]:
     if seq.block_hashes:
         for chain in chain_ids(seq.block_hashes):
             labels.extend(("h", chain, offset) for offset in range(seq.block_hash_tokens))
+        del labels[seq.prompt_tokens :]  # the last hash block may be partial (Mooncake)
         named = len(labels)
     elif seq.prefix_group >= 0 and seq.prefix_tokens > 0:
         labels.extend(("g", seq.prefix_group, pos) for pos in range(seq.prefix_tokens))

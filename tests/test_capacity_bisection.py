@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sim.capacity import (
+from sim.capacity_planning import (
     CapacityError,
     Slo,
     find_max_rate,

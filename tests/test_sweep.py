@@ -16,7 +16,7 @@ import pytest
 from sim.cli import main
 from sim.config import Scenario
 from sim.simulation import simulate
-from sim.sweep import run_sweep, sweep
+from sim.sweeping import run_sweep, sweep
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 BASE = {

@@ -19,7 +19,7 @@ _HUMAN_SCALE = {"": 1, "k": 1000, "K": 1024, "m": 1000**2, "M": 1024**2}
 
 def parse_human_int_list(text: str, flag: str) -> list[int]:
     """'2K,4096,8k' -> [2048, 4096, 8000]: vLLM's convention (k = 1000, K = 1024)."""
-    from sim.capacity import CapacityError
+    from sim.capacity_planning import CapacityError
 
     values = []
     for item in text.split(","):
@@ -64,7 +64,7 @@ def register(app: typer.Typer) -> None:
         ] = True,
     ) -> None:
         """Run every cell of a sweep (resumable: finished cells are skipped) and write sweep.parquet."""
-        from sim.sweep import SWEEP_TABLE, run_sweep
+        from sim.sweeping import SWEEP_TABLE, run_sweep
 
         table, report = run_sweep(
             spec, jobs=jobs, scheduler=scheduler, dask_local=dask_local, output_dir=output, progress=progress
@@ -154,7 +154,7 @@ def register(app: typer.Typer) -> None:
         """Per allocator: max sustainable rate, max concurrency, GPUs needed, max_model_len trade-off."""
         from rich.console import Console
 
-        from sim.capacity import CapacityError, Slo, capacity
+        from sim.capacity_planning import CapacityError, Slo, capacity
         from sim.config import Scenario, default_scenario
         from sim.units import parse_duration_s
 

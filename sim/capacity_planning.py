@@ -1,4 +1,4 @@
-"""`sim.capacity`: the planner's four answers per allocator, each from real simulations.
+"""`sim.capacity_planning` (public as `sim.capacity`): the planner's answers, each from real simulations.
 
 Why simulations and not formulas: whether a rate is sustainable depends on batching, preemption,
 fragmentation and the cost model together. So every figure here is measured, and lists the runs
@@ -40,6 +40,9 @@ BRACKET_RATIO = 64.0  # bracket low = high / this
 MAX_EXPANSIONS = 8  # times the bracket may be widened (x2 or /2) when an end is on the wrong side
 MAX_SATURATION_DOUBLINGS = 3  # more prompts when a saturation run's peak was capped by num_prompts
 SATURATION_PROMPTS_CAP = 50_000
+MIN_SPAN_LIFETIMES = 4.0  # a probe's arrivals must span this many mean request latencies
+PROBE_PROMPTS_CAP = 20_000  # a probe too short to judge is lengthened up to this many prompts
+MAX_PROBE_EXTENSIONS = 3
 
 
 class CapacityError(KvsimError):
@@ -114,15 +117,21 @@ def judge_run(
     """Is this rate sustainable? (SLO holds) and (no request rejected) and (the queue is stable).
 
     Stable: the waiting queue's fitted slope over the second half of the arrivals (T/2 to T, T the
-    last arrival; `queue_slope_req_s`) is at most `queue_slope_tolerance` x the arrival rate.
+    arrival span; `queue_slope_req_s`) is at most `queue_slope_tolerance` x the arrival rate. A run
+    can only show that when its arrivals span at least MIN_SPAN_LIFETIMES mean request latencies
+    (the second half then starts after the warm-up); a shorter passing run is judged "too short"
+    (`evidence["too_short"]`) and the caller reruns it with more prompts.
     Returns the verdict and the evidence it was judged on.
     """
     metrics = run.summary["metrics"]
     arrival_s = run.requests["arrival_s"].to_numpy(dtype=np.float64)
-    last_arrival_s = float(arrival_s.max()) if arrival_s.size else 0.0
+    last_arrival_s = float(arrival_s.max() - arrival_s.min()) if arrival_s.size else 0.0
     slope = queue_slope_req_s(run.steps, last_arrival_s / 2.0, last_arrival_s)
+    mean_e2el_s = (_metric(metrics, "mean_e2el_ms") or 0.0) / 1e3
     evidence: dict[str, Any] = {
         "rate_req_s": rate_req_s,
+        "arrival_span_s": last_arrival_s,
+        "mean_e2el_s": mean_e2el_s,
         "p99_ttft_ms": _metric(metrics, "p99_ttft_ms"),
         "p99_tpot_ms": _metric(metrics, "p99_tpot_ms"),
         "mean_normalized_latency_s_per_token": _metric(metrics, "mean_normalized_latency_s_per_token"),
@@ -152,7 +161,15 @@ def judge_run(
             continue
         value = evidence[key]
         if value is None or not math.isfinite(value) or value > bound * scale:
-            reasons.append(f"{label} {value:.4g} > {bound * scale:g}")
+            shown = "n/a" if value is None else f"{value:.4g}"
+            reasons.append(f"{label} {shown} > {bound * scale:g}")
+    # A run shorter than a few request lifetimes is a burst the server absorbs, not a steady state.
+    evidence["too_short"] = not reasons and last_arrival_s < MIN_SPAN_LIFETIMES * mean_e2el_s
+    if evidence["too_short"]:
+        reasons.append(
+            f"too short to judge: arrivals span {last_arrival_s:.3g} s < {MIN_SPAN_LIFETIMES:g} x mean "
+            f"latency {mean_e2el_s:.3g} s"
+        )
     evidence["ok"] = not reasons
     evidence["reason"] = "; ".join(reasons) if reasons else "SLO met, queue stable"
     return not reasons, evidence
@@ -350,11 +367,25 @@ def plan_one(job: PlanJob) -> dict[str, Any]:
     if not job.find_rate:
         return row
 
-    def evaluate(rate: float) -> tuple[bool, dict[str, Any]]:
-        probe_scenario = scenario.with_overrides(**{"workload.request_rate": rate})
-        run = simulate(probe_scenario)
-        ok, evidence = judge_run(run, rate, job.slo, job.queue_slope_tolerance)
-        return ok, _sim_record(probe_scenario, run, {"purpose": "rate probe", **evidence})
+    base_prompts = int(scenario.num_prompts or 0)
+
+    def evaluate(rate: float) -> tuple[bool, list[dict[str, Any]]]:
+        """Simulate at `rate`; a passing run too short to judge is rerun with more prompts."""
+        records: list[dict[str, Any]] = []
+        prompts = base_prompts
+        for _ in range(MAX_PROBE_EXTENSIONS + 1):
+            overrides: dict[str, Any] = {"workload.request_rate": rate}
+            if prompts:
+                overrides["num_prompts"] = prompts
+            probe_scenario = scenario.with_overrides(**overrides)
+            run = simulate(probe_scenario)
+            ok, evidence = judge_run(run, rate, job.slo, job.queue_slope_tolerance)
+            records.append(_sim_record(probe_scenario, run, {"purpose": "rate probe", **evidence}))
+            if not evidence["too_short"] or not prompts or prompts >= PROBE_PROMPTS_CAP:
+                break
+            needed = MIN_SPAN_LIFETIMES * evidence["mean_e2el_s"] / max(evidence["arrival_span_s"], 1e-9)
+            prompts = min(PROBE_PROMPTS_CAP, math.ceil(prompts * needed * 1.25))
+        return ok, records
 
     if job.rate_bracket is not None:
         low, high = job.rate_bracket
@@ -370,7 +401,7 @@ def plan_one(job: PlanJob) -> dict[str, Any]:
             "rate_bracket": list(search.initial_bracket),
             "rate_final_bracket": list(search.final_bracket),
             "rate_rel_tol": search.rel_tol,
-            "max_rate_runs": [probe.evidence for probe in search.probes],
+            "max_rate_runs": [record for probe in search.probes for record in probe.evidence],
         }
     )
     return row

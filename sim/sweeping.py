@@ -1,4 +1,4 @@
-"""`sim.sweep`: run every cell of a sweep spec, resumably, and gather one table.
+"""`sim.sweeping` (public as `sim.sweep`): run every cell of a sweep spec, resumably, and gather one table.
 
 Why it is built around folders: a sweep may be killed at any moment (a laptop lid, a pre-empted
 node) and must restart without losing or duplicating a cell. A cell is *done* iff its final folder
@@ -355,8 +355,11 @@ def _run_cells(
     tasks = [(c.cell_id, CellTask(c.cell_id, c.scenario, str(cells_dir), write_in_worker)) for c in todo]
     bar = _Progress(progress, spec.name, report.total, report.skipped)
     try:
-        bar.update(running=executor.running, failed=0)
-        for outcome in executor.map_unordered(execute_cell, tasks):
+
+        def show_running() -> None:
+            bar.update(running=executor.running, failed=len(report.failed))
+
+        for outcome in executor.map_unordered(execute_cell, tasks, on_start=show_running):
             result: CellResult | None = outcome.value
             if outcome.ok and result is not None and result.ok:
                 if result.run is not None:

@@ -1,0 +1,101 @@
+"""Exact time integrals of a paged allocator's taxonomy over a multi-iteration decode jump.
+
+Why: the engine jumps k decode iterations at once. For slabs the parts move linearly and the
+engine can interpolate, but for blocks and pages they are step functions (a block appears when a
+sequence crosses a boundary). This computes sum_i d_i x part(i), where part(i) is the breakdown
+after the sequences grew by i tokens (i = 0..m-1), in O(m + n) NumPy work and without growing:
+
+- Each growing sequence crosses a block boundary at iterations c, c + B, c + 2B, ... with its phase
+  c = blocks x B - length + 1 in [1, B], so blocks appended by iteration i, A(i), is a cumulative
+  sum of a per-phase histogram (the design notes' "counts of sequences per phase").
+- token_states grows by n per iteration; free falls by A(i) x B; cached falls by the cached blocks
+  among the first A(i) blocks of the free queue (they are evicted when popped).
+- internal is 0 for a sequence until it holds the block containing its final token, then the
+  tail of that block: one suffix sum of the durations per sequence.
+- reservation is what is left of the held-but-unfilled slots.
+
+When a growing sequence still shares a partial block with a fork (copy-on-write pending) or would
+pass its final length inside the jump, the closed forms do not hold and the integral is computed
+by stepping a copy of the allocator: exact, and rare (right after a fork).
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from allocators.base import BREAKDOWN_PARTS
+
+if TYPE_CHECKING:
+    from allocators.paged import PagedAllocator
+
+INTEGRATED_PARTS: tuple[str, ...] = (*BREAKDOWN_PARTS, "cached")
+
+
+def _stepped_integral(
+    alloc: PagedAllocator, seq_ids: np.ndarray, durations_s: np.ndarray, next_demand_tokens: int
+) -> dict[str, float]:
+    """The reference: grow a copy one token at a time and sum d_i x breakdown."""
+    probe = copy.deepcopy(alloc)
+    sums = dict.fromkeys(INTEGRATED_PARTS, 0.0)
+    for index, duration in enumerate(durations_s.tolist()):
+        if index:
+            failed = probe.grow(seq_ids, 1)
+            if failed.size:
+                raise RuntimeError(f"breakdown_integral: {failed.size} sequences cannot grow {index} tokens")
+        parts = probe.breakdown(next_demand_tokens).as_dict()
+        for name in INTEGRATED_PARTS:
+            sums[name] += duration * parts[name]
+    return sums
+
+
+def paged_breakdown_integral(
+    alloc: PagedAllocator, seq_ids: np.ndarray, durations_s: np.ndarray, next_demand_tokens: int = 0
+) -> dict[str, float]:
+    """sum_i durations_s[i] x part after growing each of `seq_ids` (distinct) by i tokens."""
+    seq_ids = np.asarray(seq_ids, dtype=np.int64)
+    durations = np.asarray(durations_s, dtype=np.float64)
+    steps = durations.size
+    if steps == 0:
+        return dict.fromkeys(INTEGRATED_PARTS, 0.0)
+    first = alloc.breakdown(next_demand_tokens).as_dict()
+    total_s = float(durations.sum())
+    sums = {name: first[name] * total_s for name in INTEGRATED_PARTS}
+    if steps == 1 or seq_ids.size == 0:
+        return sums
+    bs = alloc.block_size
+    lengths = alloc.lengths_tokens[seq_ids]
+    have = alloc.num_seq_blocks[seq_ids]
+    final = alloc.final_tokens[seq_ids]
+    cow_pending = alloc._num_cow_flagged and bool(alloc.cow_flag[seq_ids].any())
+    if cow_pending or bool((lengths + (steps - 1) > final).any()):
+        return _stepped_integral(alloc, seq_ids, durations, next_demand_tokens)
+
+    iterations = np.arange(steps)
+    index_weighted_s = float(durations @ iterations)
+    # blocks appended by iteration i: per-phase counts, cumulated
+    phase = have * bs - lengths + 1  # first iteration at which the sequence needs a new block, in [1, bs]
+    per_phase = np.bincount(phase, minlength=bs + 1)
+    crossings = np.zeros(steps, dtype=np.int64)
+    crossings[1:] = per_phase[(iterations[1:] - 1) % bs + 1]
+    appended = np.cumsum(crossings)
+    appended_weighted = float(durations @ appended)
+    # internal: the tail of the block holding the final token, from the iteration that block appears
+    suffix_s = np.concatenate([np.cumsum(durations[::-1])[::-1], [0.0]])  # suffix_s[t] = sum_{i>=t} d_i
+    final_blocks = -(-final // bs)
+    tail = final_blocks * bs - final
+    starts = np.where(have >= final_blocks, 0, (final_blocks - 1) * bs + 1 - lengths)
+    internal_now = np.maximum(0, have * bs - final)
+    internal_delta = float((tail * suffix_s[np.minimum(starts, steps)]).sum() - internal_now.sum() * total_s)
+    growing = seq_ids.size
+    sums["token_states"] += growing * index_weighted_s
+    sums["internal"] += internal_delta
+    sums["reservation"] += bs * appended_weighted - growing * index_weighted_s - internal_delta
+    sums["free"] -= bs * appended_weighted
+    if first["cached"] and appended[-1]:
+        popped = alloc.pool.queue.peek(int(appended[-1]))
+        evicted = np.concatenate([[0], np.cumsum(alloc.pool.has_key[popped])])
+        sums["cached"] -= bs * float(durations @ evicted[appended])
+    return sums
