@@ -75,8 +75,10 @@ class LinearHoles:
 
     def allocate(self, request_tokens: int) -> int | None:
         slab = self.slab_tokens(request_tokens)
-        if slab <= 0 or slab > self._free_tokens:
-            return None if slab > 0 else self._empty_slab_offset()
+        if slab <= 0:
+            return 0  # an empty slab takes nothing; any offset is valid
+        if slab > self._free_tokens:
+            return None
         index = self._choose_hole(slab)
         if index is None:
             return None
@@ -90,10 +92,6 @@ class LinearHoles:
             self._hole_sizes[index] = remaining
         self._free_tokens -= slab
         return offset
-
-    def _empty_slab_offset(self) -> int:
-        """A zero-size slab takes nothing; it still gets a valid offset."""
-        return 0
 
     def free(self, offset_tokens: int, slab_tokens: int) -> None:
         if slab_tokens <= 0:

@@ -47,12 +47,23 @@ def main(argv: list[str] | None = None) -> None:
 
     app = build_app()
     try:
-        # standalone mode: typer/click print usage errors themselves and exit 2; anything else
-        # raised inside a command propagates here.
-        app(args=argv, standalone_mode=True)
+        # Non-standalone: a command's normal return comes back here instead of SystemExit(0), so
+        # tests and notebooks can call main() in-process; `raise typer.Exit(n)` returns n.
+        exit_code = app(args=argv, standalone_mode=False)
     except user_error_types() as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(2)
+    except Exception as exc:
+        # typer bundles its own copy of click, so match click's usage errors by shape, not class.
+        if hasattr(exc, "show") and isinstance(getattr(exc, "exit_code", None), int):
+            exc.show()
+            sys.exit(exc.exit_code)
+        if type(exc).__name__ == "Abort":
+            print("aborted", file=sys.stderr)
+            sys.exit(1)
+        raise
+    if isinstance(exit_code, int) and exit_code != 0:
+        sys.exit(exit_code)
 
 
 if __name__ == "__main__":

@@ -368,3 +368,16 @@ def test_bad_arguments_raise_one_line_config_error(name: str, params: dict, frag
     assert isinstance(caught.value, ValueError)
     message = str(caught.value)
     assert fragment in message and "\n" not in message
+
+
+@pytest.mark.parametrize("name", available())
+def test_every_allocator_satisfies_the_protocol(name: str) -> None:
+    from allocators import Allocator, accepted_params
+
+    required = {
+        "contiguous": {"max_model_len": 64},
+        "virtual": {"max_model_len": 64, "bytes_per_token_per_layer": 4, "page_bytes": 64},
+    }
+    alloc = make_allocator(name, capacity_tokens=256, **required.get(name, {}))
+    assert isinstance(alloc, Allocator) and alloc.capacity_tokens == 256
+    assert set(required.get(name, {})) <= accepted_params(name)
