@@ -22,7 +22,7 @@ test: $(STAMP)
 	$(PY) -m pytest -q
 
 bench: $(STAMP)
-	for b in benchmarks/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+	for b in benchmarks/*.py; do echo "== $$b"; $(PY) -P $$b || exit 1; done
 
 calibrate: $(STAMP)
 	$(VENV)/bin/kvsim calibrate --output results/calibration/profile.json

@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from sim.metrics import backlog_growth_req_per_s
+
 if TYPE_CHECKING:
     from sim.reporting import RunLike
 
@@ -182,33 +184,6 @@ def high_waste(label: str, run: RunLike, t: Thresholds) -> Statement | None:
         f"{waste_pct:.0f} % of the allocated KV memory held no token state",
         f"waste ≥ {t.waste_pct:g} % of allocated KV, time-averaged",
     )
-
-
-def backlog_growth_req_per_s(requests: pd.DataFrame) -> float:
-    """Growth of requests in the system (waiting + running) over the second half of the arrivals.
-
-    Why not the summary's `queue_growth`: a run with a fixed number of prompts drains at the end, so
-    a slope over the run's second half mixes overload with the drain. Over the arrival window a
-    server that keeps up holds its backlog level; one that cannot grows it by (arrival - service)
-    rate. Rejected requests leave at arrival; unfinished ones never leave.
-    """
-    arrival_s = requests["arrival_s"].to_numpy(dtype=float)
-    if len(arrival_s) < 2:
-        return 0.0
-    rejected = requests["rejected"].to_numpy(dtype=bool)
-    finish_s = requests["finish_s"].to_numpy(dtype=float, copy=True)
-    finish_s[rejected] = arrival_s[rejected]
-    finish_s[~np.isfinite(finish_s)] = np.inf
-    end_s = float(arrival_s.max())
-    start_s = end_s / 2.0
-    if end_s <= 0.0:
-        return 0.0
-    arrived, left = np.sort(arrival_s), np.sort(finish_s)
-
-    def in_system(at_s: float) -> int:
-        return int(np.searchsorted(arrived, at_s, side="right") - np.searchsorted(left, at_s, side="right"))
-
-    return (in_system(end_s) - in_system(start_s)) / (end_s - start_s)
 
 
 def queue_growth(label: str, run: RunLike, t: Thresholds) -> Statement | None:

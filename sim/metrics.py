@@ -314,16 +314,31 @@ def _pcts(values: np.ndarray, stem: str) -> dict[str, float]:
     }
 
 
-def queue_growth(steps: pd.DataFrame, duration_s: float) -> float:
-    """Least-squares slope of queue length vs time over the run's second half (requests/s)."""
-    if len(steps) == 0 or duration_s <= 0:
+def backlog_growth_req_per_s(requests: pd.DataFrame) -> float:
+    """Growth of requests in the system (waiting + running) over the second half of the arrivals.
+
+    Why not a slope over the run's second half: a run with a fixed number of prompts drains at the end, so
+    a slope over the run's second half mixes overload with the drain. Over the arrival window a
+    server that keeps up holds its backlog level; one that cannot grows it by (arrival - service)
+    rate. Rejected requests leave at arrival; unfinished ones never leave.
+    """
+    arrival_s = requests["arrival_s"].to_numpy(dtype=float)
+    if len(arrival_s) < 2:
         return 0.0
-    half = steps[steps["time_s"] >= duration_s / 2.0]
-    if len(half) < 2 or float(half["time_s"].std()) == 0.0:
+    rejected = requests["rejected"].to_numpy(dtype=bool)
+    finish_s = requests["finish_s"].to_numpy(dtype=float, copy=True)
+    finish_s[rejected] = arrival_s[rejected]
+    finish_s[~np.isfinite(finish_s)] = np.inf
+    end_s = float(arrival_s.max())
+    start_s = end_s / 2.0
+    if end_s <= 0.0:
         return 0.0
-    t = half["time_s"].to_numpy(np.float64)
-    q = half["queue_length"].to_numpy(np.float64)
-    return float(np.polyfit(t, q, 1)[0])
+    arrived, left = np.sort(arrival_s), np.sort(finish_s)
+
+    def in_system(at_s: float) -> int:
+        return int(np.searchsorted(arrived, at_s, side="right") - np.searchsorted(left, at_s, side="right"))
+
+    return (in_system(end_s) - in_system(start_s)) / (end_s - start_s)
 
 
 def summarize(
@@ -384,6 +399,6 @@ def summarize(
     metrics["max_queue_length"] = int(totals["max_queue_length"])
     metrics["kv_capacity_tokens"] = int(capacity_tokens)
     metrics["kv_bytes_per_token"] = None if kv_bytes_per_token is None else int(kv_bytes_per_token)
-    metrics["queue_growth"] = queue_growth(steps, duration_s)
+    metrics["queue_growth"] = backlog_growth_req_per_s(requests)
     metrics["busy_pct"] = 100.0 * float(totals["busy_s"]) / duration_s if duration_s > 0 else 0.0
     return metrics
