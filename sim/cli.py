@@ -41,6 +41,14 @@ def build_app() -> typer.Typer:
     return app
 
 
+def _usage_line(exc: Exception) -> str:
+    """Click's usage error as one line, pointing at the command's --help."""
+    message = " ".join(exc.format_message().split())
+    ctx = getattr(exc, "ctx", None)
+    command = ctx.command_path if ctx is not None else "kvsim"
+    return f"{message} (see '{command} --help')"
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console entry point: run the app, turning any user error into one line and exit code 2."""
     from sim.errors import user_error_types
@@ -53,10 +61,17 @@ def main(argv: list[str] | None = None) -> None:
     except user_error_types() as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(2)
+    except OSError as exc:
+        # A path the user gave that cannot be read or written (permissions, a file where a folder
+        # should be, a full disk): one line naming the path, like any other bad input.
+        if exc.filename is None:
+            raise
+        print(f"error: {exc.filename}: {exc.strerror or exc}", file=sys.stderr)
+        sys.exit(2)
     except Exception as exc:
         # typer bundles its own copy of click, so match click's usage errors by shape, not class.
-        if hasattr(exc, "show") and isinstance(getattr(exc, "exit_code", None), int):
-            exc.show()
+        if hasattr(exc, "format_message") and isinstance(getattr(exc, "exit_code", None), int):
+            print(f"error: {_usage_line(exc)}", file=sys.stderr)
             sys.exit(exc.exit_code)
         if type(exc).__name__ == "Abort":
             print("aborted", file=sys.stderr)
