@@ -7,7 +7,9 @@ least recently freed cached block is evicted first. A cache hit on a free block 
 middle of the queue.
 
 The queue is a NumPy ring buffer with lazy deletion (a per-block stamp marks the one valid entry),
-so pushing and popping many blocks is vectorised; removal from the middle is O(1).
+so pushing and popping many blocks is vectorised; removal from the middle is O(1). Stale entries
+only come from removals (cache hits), so the queue counts them: while there are none between head and
+tail, a pop is one slice of the ring, which is what every decode step without prefix caching does.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ class FreeBlockQueue:
         self._head = 0
         self._tail = num_blocks
         self.num_free = num_blocks
+        self._num_stale = 0  # invalid entries between head and tail (left behind by `remove`)
 
     def _valid(self, start: int, stop: int) -> np.ndarray:
         blocks = self._entries[start:stop]
@@ -42,6 +45,7 @@ class FreeBlockQueue:
         self._entries[: kept.size] = kept
         self._entry_stamps[: kept.size] = stamps
         self._head, self._tail = 0, kept.size
+        self._num_stale = 0
 
     def push(self, blocks: np.ndarray) -> None:
         """Append freed blocks at the tail, in the given order."""
@@ -61,9 +65,12 @@ class FreeBlockQueue:
         """Take free blocks out of the middle (cache hits); their stale entries are skipped later."""
         self.in_queue[blocks] = False
         self.num_free -= blocks.size
+        self._num_stale += blocks.size  # each removed block leaves its one valid entry behind
 
     def peek(self, count: int) -> np.ndarray:
         """The `count` blocks `pop(count)` would return, without taking them."""
+        if self._num_stale == 0:
+            return self._entries[self._head : min(self._tail, self._head + count)].copy()
         valid = self._valid(self._head, self._tail)
         return self._entries[self._head : self._tail][valid][:count]
 
@@ -71,6 +78,14 @@ class FreeBlockQueue:
         """The `count` blocks at the head. Caller checks `num_free >= count`."""
         if count == 0:
             return np.zeros(0, dtype=np.int64)
+        if self._num_stale == 0:  # every entry is valid: the head `count` entries are the blocks
+            if count > self._tail - self._head:
+                raise RuntimeError(f"free queue exhausted: {count - (self._tail - self._head)} more blocks wanted")
+            blocks = self._entries[self._head : self._head + count].copy()
+            self._head += count
+            self.in_queue[blocks] = False
+            self.num_free -= count
+            return blocks
         taken: list[np.ndarray] = []
         still_needed = count
         while still_needed:
@@ -84,6 +99,7 @@ class FreeBlockQueue:
                 positions = positions[:still_needed]
             taken.append(self._entries[self._head + positions])
             still_needed -= positions.size
+            self._num_stale -= (stop - self._head) - positions.size  # skipped stale entries are gone
             self._head = stop
         blocks = taken[0] if len(taken) == 1 else np.concatenate(taken)
         self.in_queue[blocks] = False
@@ -127,10 +143,11 @@ class BlockPool:
     def allocate(self, count: int) -> np.ndarray:
         """Pop `count` blocks from the head of the free queue, evicting cached keys; refcount 1."""
         blocks = self.queue.pop(count)
-        evicted = blocks[self.has_key[blocks]]
-        for block in evicted.tolist():
-            self._forget(block)
-        self.num_cached -= evicted.size
+        if self.num_cached:  # only cached (free, keyed) blocks can be evicted
+            evicted = blocks[self.has_key[blocks]]
+            for block in evicted.tolist():
+                self._forget(block)
+            self.num_cached -= evicted.size
         self.refcount[blocks] = 1
         return blocks
 

@@ -20,7 +20,7 @@ from allocators.holes import hole_stats_from_sizes
 from allocators.ledger import DuplicateLedger
 from allocators.placement import Placement, next_pow2
 from allocators.prefix_keys import prompt_segments
-from allocators.seq_arrays import grown
+from allocators.seq_arrays import ensure_rows
 
 ReservationPolicy = Callable[[SeqSpec], int]
 
@@ -84,16 +84,18 @@ class SlabAllocator:
         self.prefix_hit = np.zeros(0, dtype=np.int64)
 
     # ---- per-sequence arrays -------------------------------------------------------------
+    # Per-sequence arrays and the value of a row no sequence has used yet.
+    _ROW_FILLS: dict[str, int | bool] = {
+        "live": False,
+        "lengths_tokens": 0,
+        "reserved_tokens": 0,
+        "offsets_tokens": 0,
+        "final_tokens": 0,
+        "prefix_hit": 0,
+    }
+
     def _ensure_rows(self, seq_id: int) -> None:
-        rows = seq_id + 1
-        if rows <= self.live.shape[0]:
-            return
-        self.live = grown(self.live, rows, False)
-        self.lengths_tokens = grown(self.lengths_tokens, rows, 0)
-        self.reserved_tokens = grown(self.reserved_tokens, rows, 0)
-        self.offsets_tokens = grown(self.offsets_tokens, rows, 0)
-        self.final_tokens = grown(self.final_tokens, rows, 0)
-        self.prefix_hit = grown(self.prefix_hit, rows, 0)
+        ensure_rows(self, seq_id, self._ROW_FILLS)
 
     def _check_new(self, seq_id: int) -> None:
         if seq_id < 0:

@@ -60,9 +60,9 @@ def paged_breakdown_integral(
     steps = durations.size
     if steps == 0:
         return dict.fromkeys(INTEGRATED_PARTS, 0.0)
-    first = alloc.breakdown(next_demand_tokens).as_dict()
+    first = alloc.breakdown(next_demand_tokens)  # O(1); attributes, not as_dict (which reflects)
     total_s = float(durations.sum())
-    sums = {name: first[name] * total_s for name in INTEGRATED_PARTS}
+    sums = {name: getattr(first, name) * total_s for name in INTEGRATED_PARTS}
     if steps == 1 or seq_ids.size == 0:
         return sums
     bs = alloc.block_size
@@ -94,7 +94,7 @@ def paged_breakdown_integral(
     sums["internal"] += internal_delta
     sums["reservation"] += bs * appended_weighted - growing * index_weighted_s - internal_delta
     sums["free"] -= bs * appended_weighted
-    if first["cached"] and appended[-1]:
+    if first.cached and appended[-1]:
         popped = alloc.pool.queue.peek(int(appended[-1]))
         evicted = np.concatenate([[0], np.cumsum(alloc.pool.has_key[popped])])
         sums["cached"] -= bs * float(durations @ evicted[appended])

@@ -12,7 +12,13 @@ that cannot form a block. Block tables let sequences share physical blocks:
 
 Performance: per-sequence state is NumPy arrays indexed by seq id and `grow` is vectorised: only
 sequences that cross a block boundary (or write into a shared block) get blocks, and those are
-assigned with array arithmetic, never a Python loop over the batch.
+assigned with array arithmetic, never a Python loop over the batch. The engine calls `grow` and
+`breakdown` every step, so both are kept to a handful of NumPy calls:
+- each sequence has a *quiet limit*: the length up to which growing changes nothing but its length
+  (no new block, no change of internal waste, no copy-on-write, within max_model_len). One
+  comparison against it finds the few sequences that need real work; the rest just grow.
+- running totals over live sequences (tokens, held slots, never-filled slots) make `breakdown` O(1)
+  (except while forks share a partial block, where it scans, as before).
 """
 
 from __future__ import annotations
@@ -71,6 +77,17 @@ class PagedAllocator:
         self.prefix_hit = np.zeros(0, dtype=np.int64)
         self.cow_flag = np.zeros(0, dtype=bool)  # last block may be a shared partial block (forks)
         self._num_cow_flagged = 0
+        # Growth limits per sequence (see the module docstring), in tokens:
+        # _lean_cap_tokens = min(final, max_model_len): growing up to it at most appends blocks (past
+        #   the final length internal waste changes per token); -1 while copy-on-write is pending.
+        # quiet_limit_tokens = min(held slots, lean cap): growing up to it changes only the length
+        #   (0 for dead ids and -1 caps: any growth takes the general path).
+        self.quiet_limit_tokens = np.zeros(0, dtype=np.int64)
+        self._lean_cap_tokens = np.zeros(0, dtype=np.int64)
+        # Totals over live sequences, kept in step with every change so `breakdown` need not scan:
+        self._stored_tokens = 0  # sum of lengths
+        self._held_slots = 0  # sum of blocks x block_size, per holder (a shared block counts per holder)
+        self._never_tokens = 0  # sum of slots past the final token in held blocks (internal waste)
         # Block tables live in rows ("slots") recycled across sequences, so the table is
         # (live sequences x longest table), not (every seq id ever seen x longest table).
         self.table_slot = np.zeros(0, dtype=np.int64)  # seq id -> row of _tables
@@ -90,6 +107,8 @@ class PagedAllocator:
         self.prefix_hit = grown(self.prefix_hit, rows, 0)
         self.cow_flag = grown(self.cow_flag, rows, False)
         self.table_slot = grown(self.table_slot, rows, -1)
+        self.quiet_limit_tokens = grown(self.quiet_limit_tokens, rows, 0)
+        self._lean_cap_tokens = grown(self._lean_cap_tokens, rows, -1)
 
     def _ensure_columns(self, num_blocks: int) -> None:
         cols = self._tables.shape[1]
@@ -125,6 +144,45 @@ class PagedAllocator:
         if not (0 <= seq_id < self.live.shape[0] and self.live[seq_id]):
             raise RuntimeError(f"seq id {seq_id} is not live in {self.name}")
 
+    # ---- running totals and growth limits ------------------------------------------------------
+    def _count_in(self, seq_id: int, sign: int) -> None:
+        """Add (sign 1) or remove (sign -1) one live sequence's share of the running totals."""
+        length = int(self.lengths_tokens[seq_id])
+        held = int(self.num_seq_blocks[seq_id]) * self.block_size
+        self._stored_tokens += sign * length
+        self._held_slots += sign * held
+        self._never_tokens += sign * max(0, held - max(int(self.final_tokens[seq_id]), length))
+
+    def _totals_of(self, seq_ids: np.ndarray) -> tuple[int, int, int]:
+        """(tokens, held slots, never-filled slots) of these sequences, for updating the totals."""
+        lengths = self.lengths_tokens[seq_ids]
+        held = self.num_seq_blocks[seq_ids] * self.block_size
+        never = np.maximum(0, held - np.maximum(self.final_tokens[seq_ids], lengths))
+        return int(lengths.sum()), int(held.sum()), int(never.sum())
+
+    def _set_limits_of(self, seq_id: int) -> None:
+        """`_set_limits` for one sequence, in Python ints (admission runs it once per request)."""
+        length = int(self.lengths_tokens[seq_id])
+        final = int(self.final_tokens[seq_id])
+        cap = final if self.max_model_len is None else min(final, self.max_model_len)
+        quiet = min(int(self.num_seq_blocks[seq_id]) * self.block_size, cap)
+        if self._num_cow_flagged and self.cow_flag[seq_id]:
+            quiet, cap = length, -1
+        self.quiet_limit_tokens[seq_id] = quiet
+        self._lean_cap_tokens[seq_id] = cap
+
+    def _set_limits(self, seq_ids: np.ndarray) -> None:
+        """Recompute the growth limits of these sequences from their current state."""
+        final = self.final_tokens[seq_ids]
+        cap = final if self.max_model_len is None else np.minimum(final, self.max_model_len)
+        quiet = np.minimum(self.num_seq_blocks[seq_ids] * self.block_size, cap)
+        if self._num_cow_flagged:  # a pending copy-on-write makes any growth an event
+            cow = self.cow_flag[seq_ids]
+            quiet = np.where(cow, self.lengths_tokens[seq_ids], quiet)
+            cap = np.where(cow, -1, cap)
+        self.quiet_limit_tokens[seq_ids] = quiet
+        self._lean_cap_tokens[seq_ids] = cap
+
     # ---- content ledger (duplicates) -------------------------------------------------------
     def _hold_pieces(self, block: int, pieces: list[tuple[Hashable, int]]) -> None:
         """`block` (live) now holds these named pieces of a prompt: one more copy of each."""
@@ -136,6 +194,8 @@ class PagedAllocator:
         self._has_content[block] = True
 
     def _drop_content(self, blocks: np.ndarray) -> None:
+        if not self._block_content:  # no named content anywhere (no shared prompts): nothing to drop
+            return
         for block in blocks[self._has_content[blocks]].tolist():
             for key in self._block_content.pop(block):
                 self._ledger.remove(key)
@@ -192,13 +252,13 @@ class PagedAllocator:
             return False
         keys, hits = self._prefix_hits(seq)
         prompt_blocks = int(ceil_div(seq.prompt_tokens, self.block_size))
-        hit_blocks = np.asarray(hits, dtype=np.int64)
-        live_hits = int((self.pool.refcount[hit_blocks] > 0).sum())
+        hit_blocks = np.asarray(hits, dtype=np.int64) if hits else _EMPTY_IDS
+        live_hits = int((self.pool.refcount[hit_blocks] > 0).sum()) if hits else 0
         if prompt_blocks - live_hits > self.pool.num_free:
             return False
         # named pieces that could be duplicates (with sharing, whole named blocks never are)
         pieces = block_pieces(seq, self.block_size, skip_whole_blocks=self.share_prefixes)
-        revived = self.pool.touch(hit_blocks)
+        revived = self.pool.touch(hit_blocks) if hits else _EMPTY_IDS
         if pieces and revived.size:  # a cached block is live content again
             revived_set = set(revived.tolist())
             for index, block in enumerate(hits):
@@ -222,6 +282,8 @@ class PagedAllocator:
         self.num_seq_blocks[sid] = prompt_blocks
         self.final_tokens[sid] = seq.final_tokens
         self.prefix_hit[sid] = hit_blocks.size * self.block_size
+        self._count_in(sid, 1)
+        self._set_limits_of(sid)
         return True
 
     # ---- growth ------------------------------------------------------------------------------
@@ -257,10 +319,55 @@ class PagedAllocator:
 
         Sequences needing no new block always grow; the others are served first-come until the
         free pool runs out, and the rest fail unchanged (seq ids must be distinct).
+
+        Three tiers, cheapest first, with the same result as the general rule: sequences within
+        their quiet limit only change length; if the rest just need one fresh block each and the
+        pool has them, they get them in one allocation (`_append_lean`); otherwise the general
+        rule (`_grow_general`) handles copy-on-write, max_model_len and running out of blocks.
         """
         seq_ids = np.asarray(seq_ids, dtype=np.int64)
         if num_tokens <= 0 or seq_ids.size == 0:
             return _EMPTY_IDS
+        lengths = self.lengths_tokens[seq_ids]
+        grown_lengths = lengths + num_tokens
+        eventful = (grown_lengths > self.quiet_limit_tokens[seq_ids]).nonzero()[0]
+        self.lengths_tokens[seq_ids] = grown_lengths
+        self._stored_tokens += seq_ids.size * num_tokens
+        if eventful.size == 0:
+            return _EMPTY_IDS
+        event_ids = seq_ids[eventful]
+        if num_tokens <= self.block_size and self._append_lean(event_ids, grown_lengths[eventful]):
+            return _EMPTY_IDS
+        # undo the eventful sequences' growth and redo it under the general rule
+        self.lengths_tokens[event_ids] = lengths[eventful]
+        self._stored_tokens -= event_ids.size * num_tokens
+        return self._grow_general(event_ids, num_tokens)
+
+    def _append_lean(self, seq_ids: np.ndarray, grown_lengths: np.ndarray) -> bool:
+        """One fresh block for each sequence (already grown past its quiet limit), if that is all it takes.
+
+        Applies when every sequence stays within its lean cap (no copy-on-write, not past its final
+        length or max_model_len, so it crossed exactly one block boundary: growth <= block_size)
+        and the pool has a block for each. Returns False, having changed nothing, otherwise.
+        """
+        caps = self._lean_cap_tokens[seq_ids]
+        if seq_ids.size > self.pool.num_free or not (grown_lengths <= caps).all():
+            return False
+        have = self.num_seq_blocks[seq_ids]
+        self._ensure_columns(int(have.max()) + 1)
+        self._tables[self.table_slot[seq_ids], have] = self.pool.allocate(seq_ids.size)
+        have += 1
+        self.num_seq_blocks[seq_ids] = have
+        held = have * self.block_size
+        self._held_slots += seq_ids.size * self.block_size
+        # below the final length before, so nothing was never-filled; now the final block may be held
+        self._never_tokens += int(np.maximum(held - self.final_tokens[seq_ids], 0).sum())
+        self.quiet_limit_tokens[seq_ids] = np.minimum(held, caps)
+        return True
+
+    def _grow_general(self, seq_ids: np.ndarray, num_tokens: int) -> np.ndarray:
+        """The full growth rule (copy-on-write, max_model_len, first-come blocks); returns the failures."""
+        before = self._totals_of(seq_ids)
         lengths, extra, cow, over = self._blocks_needed(seq_ids, num_tokens)
         need = extra if cow is None else extra + cow
         if over is not None:
@@ -286,6 +393,11 @@ class PagedAllocator:
             cleared = grown_ids[self.cow_flag[grown_ids]]
             self.cow_flag[cleared] = False
             self._num_cow_flagged -= cleared.size
+        after = self._totals_of(seq_ids)
+        self._stored_tokens += after[0] - before[0]
+        self._held_slots += after[1] - before[1]
+        self._never_tokens += after[2] - before[2]
+        self._set_limits(seq_ids)
         return _EMPTY_IDS if ok is None else seq_ids[~ok]
 
     def _copy_on_write(self, writers: np.ndarray) -> None:
@@ -326,11 +438,15 @@ class PagedAllocator:
         if seq_ids.size == 0:
             return int(limit)
         lengths = self.lengths_tokens[seq_ids]
-        have = self.num_seq_blocks[seq_ids]
         if self.max_model_len is not None:
-            limit = min(int(limit), int((self.max_model_len - lengths).min()))
+            limit = min(int(limit), self.max_model_len - int(lengths.max()))
             if limit <= 0:
                 return 0
+        # Each sequence needs at most ceil(limit / block_size) new blocks (lengths never exceed the
+        # slots held): when the pool has that many for all, no need to count exactly.
+        if not self._num_cow_flagged and seq_ids.size * ceil_div(limit, self.block_size) <= self.pool.num_free:
+            return int(limit)
+        have = self.num_seq_blocks[seq_ids]
         cow = self._cow_writers(seq_ids, lengths, have)
         free = self.pool.num_free - (0 if cow is None else int(cow.sum()))
 
@@ -354,6 +470,7 @@ class PagedAllocator:
     # ---- release and fork -------------------------------------------------------------------
     def release(self, seq_id: int) -> None:
         self._check_live(seq_id)
+        self._count_in(seq_id, -1)
         count = int(self.num_seq_blocks[seq_id])
         slot = int(self.table_slot[seq_id])
         blocks = self._tables[slot, :count][::-1].astype(np.int64)  # tail first: evicted first
@@ -368,6 +485,8 @@ class PagedAllocator:
         self.live[seq_id] = False
         self.lengths_tokens[seq_id] = 0
         self.num_seq_blocks[seq_id] = 0
+        self.quiet_limit_tokens[seq_id] = 0  # a dead id is never quiet: growing it takes the general path
+        self._lean_cap_tokens[seq_id] = -1
 
     def fork(self, parent_id: int, child: SeqSpec) -> bool:
         """Child shares every parent block (refcount+1); copy-on-write happens at the first write."""
@@ -401,6 +520,8 @@ class PagedAllocator:
         self.num_seq_blocks[sid] = count
         self.final_tokens[sid] = child.final_tokens
         self.prefix_hit[sid] = min(length, child.prompt_tokens)
+        self._count_in(sid, 1)
+        self._set_limits(np.array([parent_id, sid], dtype=np.int64))  # either may now be copy-on-write
         return True
 
     def prefix_hit_tokens(self, seq_id: int) -> int:
@@ -411,29 +532,17 @@ class PagedAllocator:
         return np.flatnonzero(self.live)
 
     def breakdown(self, next_demand_tokens: int = 0) -> MemoryBreakdown:
-        """Taxonomy; `next_demand_tokens` does not matter: any free block serves any demand."""
+        """Taxonomy; `next_demand_tokens` does not matter: any free block serves any demand.
+
+        O(1) from the running totals, except while forks share a partial block (`_scan_held`).
+        """
         bs = self.block_size
-        ids = self.live_seq_ids()
-        lengths = self.lengths_tokens[ids]
-        have = self.num_seq_blocks[ids]
-        reserved = have * bs
-        will_fill = np.minimum(reserved, np.maximum(self.final_tokens[ids], lengths))
-        will = will_fill - lengths
-        never = reserved - will_fill
-        # a partial last block shared by forks is one physical block: count its empty slots once
-        partial = (lengths % bs != 0) & (have > 0) if self._num_cow_flagged else None
-        if partial is not None and partial.any():
-            last_blocks = self._tables[self.table_slot[ids[partial]], have[partial] - 1]
-            shared = self.pool.refcount[last_blocks] > 1
-            if shared.any():
-                positions = np.flatnonzero(partial)[shared]
-                _, first = np.unique(last_blocks[shared], return_index=True)
-                repeat = np.ones(positions.size, dtype=bool)
-                repeat[first] = False
-                will[positions[repeat]] = 0
-                never[positions[repeat]] = 0
+        if self._num_cow_flagged:
+            reservation, internal = self._scan_held()
+        else:
+            internal = self._never_tokens
+            reservation = self._held_slots - self._stored_tokens - internal
         used_blocks = self.num_blocks - self.pool.num_free
-        reservation, internal = int(will.sum()), int(never.sum())
         stored = used_blocks * bs - reservation - internal
         duplicated = self._ledger.duplicated_tokens
         return MemoryBreakdown(
@@ -446,6 +555,30 @@ class PagedAllocator:
             free=self.pool.num_free * bs,
             cached=self.pool.num_cached * bs,
         )
+
+    def _scan_held(self) -> tuple[int, int]:
+        """(reservation, internal) summed over live sequences, a shared partial last block once."""
+        bs = self.block_size
+        ids = self.live_seq_ids()
+        lengths = self.lengths_tokens[ids]
+        have = self.num_seq_blocks[ids]
+        reserved = have * bs
+        will_fill = np.minimum(reserved, np.maximum(self.final_tokens[ids], lengths))
+        will = will_fill - lengths
+        never = reserved - will_fill
+        # a partial last block shared by forks is one physical block: count its empty slots once
+        partial = (lengths % bs != 0) & (have > 0)
+        if partial.any():
+            last_blocks = self._tables[self.table_slot[ids[partial]], have[partial] - 1]
+            shared = self.pool.refcount[last_blocks] > 1
+            if shared.any():
+                positions = np.flatnonzero(partial)[shared]
+                _, first = np.unique(last_blocks[shared], return_index=True)
+                repeat = np.ones(positions.size, dtype=bool)
+                repeat[first] = False
+                will[positions[repeat]] = 0
+                never[positions[repeat]] = 0
+        return int(will.sum()), int(never.sum())
 
     def breakdown_integral(
         self, seq_ids: np.ndarray, durations_s: np.ndarray, next_demand_tokens: int = 0

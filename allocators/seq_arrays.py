@@ -6,6 +6,8 @@ operation for the whole batch; a dict of per-sequence objects would force a Pyth
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
 
 
@@ -18,6 +20,20 @@ def grown(array: np.ndarray, min_rows: int, fill: int | bool) -> np.ndarray:
     out = np.full((new_rows, *array.shape[1:]), fill, dtype=array.dtype)
     out[:rows] = array
     return out
+
+
+def ensure_rows(owner: object, seq_id: int, fills: Mapping[str, int | bool]) -> None:
+    """Grow each per-sequence array attribute of `owner` named in `fills` so that `seq_id` is a row.
+
+    Why one helper: every allocator keeps several arrays indexed by seq id that must always have the
+    same number of rows; growing them in one place keeps them in step (new rows get each array's
+    "no sequence" value from `fills`). The first named array stands for all of them.
+    """
+    rows = seq_id + 1
+    if rows <= getattr(owner, next(iter(fills))).shape[0]:
+        return
+    for name, fill in fills.items():
+        setattr(owner, name, grown(getattr(owner, name), rows, fill))
 
 
 def ceil_div(numer: np.ndarray | int, denom: int) -> np.ndarray | int:

@@ -5,6 +5,9 @@ is what process start-up, pickling and result gathering cost. Cells are made hea
 requests each, a few seconds) so that start-up does not dominate. Each run starts from an empty sweep
 folder; the three sweep tables must agree on every metric but wall time.
 
+Exits 1 when the 2-job speed-up is below TARGET_SPEEDUP on a machine with at least 2 usable cores
+(on one core there is nothing to gain, so it only reports), so that CI can gate on it.
+
     .venv/bin/python benchmarks/sweep.py [--num-prompts N] [--skip-dask]
 """
 
@@ -12,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -26,6 +30,26 @@ ALLOCATORS = ["paged", "virtual"]
 RATES_REQ_S = [4.0, 8.0, 16.0, 32.0]
 SEEDS = [0, 1]
 WALL_COLUMNS = ("cell_wall_s", "wall_s", "metrics.wall_s")
+TARGET_SPEEDUP = 1.6  # 2 jobs vs 1 on >= 2 cores; below it the parallel path costs too much
+
+
+def usable_cores() -> int:
+    """Cores this process may run on (the affinity mask, e.g. a container's cpuset), not the machine's."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS has no sched_getaffinity
+        return os.cpu_count() or 1
+
+
+def speedup_verdict(one_s: float, two_s: float, cores: int) -> tuple[bool, str]:
+    """(passed, the line to print) for the 2-job speed-up measured on `cores` usable cores."""
+    speedup = one_s / two_s
+    line = f"speed-up with 2 jobs: {speedup:.2f}x (target >= {TARGET_SPEEDUP}x)"
+    if cores < 2:
+        return True, f"{line}: not judged, only {cores} usable core"
+    if speedup < TARGET_SPEEDUP:
+        return False, f"{line}: FAILED on {cores} usable cores"
+    return True, f"{line}: ok"
 
 
 def spec(num_prompts: int) -> dict:
@@ -62,11 +86,12 @@ def metric_frame(table: pd.DataFrame) -> pd.DataFrame:
     return table.drop(columns=[c for c in WALL_COLUMNS if c in table.columns]).reset_index(drop=True)
 
 
-if __name__ == "__main__":
+def main(argv: list[str] | None = None) -> int:
+    """Run the three sweeps, print the timings; 1 when the 2-job speed-up misses its target."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--num-prompts", type=int, default=4000, help="requests per cell")
     parser.add_argument("--skip-dask", action="store_true")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="kvsim-bench-sweep-") as tmp:
         root = Path(tmp)
         print(
@@ -75,10 +100,16 @@ if __name__ == "__main__":
         )
         one_s, one_table = timed("--jobs 1", root, args.num_prompts, jobs=1)
         two_s, two_table = timed("--jobs 2", root, args.num_prompts, jobs=2)
-        print(f"speed-up with 2 jobs: {one_s / two_s:.2f}x (target >= 1.6x)")
+        passed, verdict = speedup_verdict(one_s, two_s, usable_cores())
+        print(verdict, flush=True)
         pd.testing.assert_frame_equal(metric_frame(one_table), metric_frame(two_table))
         if not args.skip_dask:
             dask_s, dask_table = timed("--dask-local 2", root, args.num_prompts, dask_local=2)
             print(f"speed-up with --dask-local 2: {one_s / dask_s:.2f}x")
             pd.testing.assert_frame_equal(metric_frame(one_table), metric_frame(dask_table))
         print("tables agree on every metric column")
+    return 0 if passed else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,10 +1,11 @@
 """Run the calibration on a GPU: check kernels, measure ceilings, time the grid, fit, build the profile.
 
 Why one driver for the CLI and the device script: `kvsim calibrate` and gpu/run_device.sh must
-produce the same profile. All points share one pre-filled K/V pool (and one output buffer) sized to
-the per-point cap, so the grid spends its time timing kernels, not filling memory; each layout is
-just a block table over that pool. Kernels shorter than ~20 us are timed as a CUDA graph over
-disjoint replicas of their layout, so every launch still reads from DRAM.
+produce the same profile. All points share one pre-filled K/V arena (pools and gather outputs) sized
+so that arena plus a point's metadata stays within the per-point cap; the grid spends its time timing
+kernels, not filling memory, and each layout is just a block table over that arena. Kernels shorter
+than ~20 us are timed as a CUDA graph over disjoint replicas of their layout (gpu.replicas, shared
+with replay), so every launch still reads from DRAM.
 """
 
 from __future__ import annotations
@@ -21,15 +22,14 @@ import numpy as np
 from gpu.backend import device_properties, require_cupy
 from gpu.check import check_all
 from gpu.fit import fit_rows, paged_ratios
-from gpu.grid import MAX_POINT_BYTES, GridPoint, grid_points
-from gpu.kernels import DeviceLayout, DevicePlan, Kernels, all_name_expressions, attention_plan, gather_plan
-from gpu.layouts import float32_to_bits, make_layout, random_values_f32
+from gpu.grid import MAX_POINT_BYTES, GridPoint, grid_points, point_budget
+from gpu.kernels import Kernels, all_name_expressions
+from gpu.layouts import DTYPE_BYTES, fill_random_bits, float32_to_bits, make_layout, random_values_f32
 from gpu.profile import SCHEMA_VERSION, save_profile, write_text_atomic
 from gpu.reference import bytes_and_flops
-from gpu.timing import MIN_REPEATS, EventTimer, replicas_needed
+from gpu.replicas import replica_launches
+from gpu.timing import MIN_REPEATS, EventTimer
 
-ESTIMATE_BYTES_PER_S = 3e12  # only to decide whether replicas are worth building (graph timing)
-CONTIGUOUS_POOL_BLOCK = 16  # contiguous slabs are laid out in 16-token blocks of the shared pool
 RAW_COLUMNS: tuple[str, ...] = (
     "kernel", "layout", "block_size", "batch", "context_tokens", "heads", "num_q_heads", "num_kv_heads",
     "head_dim", "dtype", "bytes", "flops", "blocks_touched", "median_s", "p10_s", "p90_s", "repeats",
@@ -48,25 +48,26 @@ def quick_grid(max_point_bytes: int = MAX_POINT_BYTES) -> list[GridPoint]:
 
 
 class _SharedBuffers:
-    """One K and V pool, one gather output and one q/out/workspace set, reused by every grid point."""
+    """One pre-filled KV arena and one q/out pair, reused by every grid point.
+
+    The arena is `point_budget(max_point_bytes)[0]` bytes: each point carves its K/V pools (and the
+    gather's outputs, for every replica) from it. q and out are sized for the largest point and come out
+    of the metadata reserve, so a point's total device memory stays within `max_point_bytes`.
+    """
 
     def __init__(
         self, cp: Any, rng: np.random.Generator, max_point_bytes: int, points: list[GridPoint]
     ) -> None:
-        half = max_point_bytes // 2 // 16 * 16
-        self.k_pool = cp.empty(half // 2, dtype=cp.uint16)
-        self.v_pool = cp.empty(half // 2, dtype=cp.uint16)
-        chunk = 1 << 26
-        for pool in (self.k_pool, self.v_pool):
-            for start in range(0, pool.size, chunk):
-                n = min(chunk, pool.size - start)
-                pool[start : start + n] = float32_to_bits(random_values_f32(cp, rng, n), "bf16", cp)
-        self.k_out = cp.empty(half // 2, dtype=cp.uint16)
-        self.v_out = cp.empty(half // 2, dtype=cp.uint16)
+        arena_bytes, self.reserve_bytes = point_budget(max_point_bytes)
+        self.arena = fill_random_bits(cp.empty(arena_bytes // DTYPE_BYTES, dtype=cp.uint16), rng, "bf16", cp)
         max_q = max(p.batch * p.num_q_heads * p.head_dim for p in points)
         self.q = float32_to_bits(random_values_f32(cp, rng, max_q), "bf16", cp)
         self.out = cp.empty(max_q, dtype=cp.float32)
-        self.pool_bytes = half  # per pool (K or V)
+
+    @property
+    def metadata_budget_bytes(self) -> int:
+        """What is left of the reserve for a point's block tables, plans and workspaces."""
+        return self.reserve_bytes - int(self.q.nbytes) - int(self.out.nbytes)
 
 
 def time_point(
@@ -80,60 +81,27 @@ def time_point(
     max_point_bytes: int,
     repeats: int,
 ) -> dict[str, Any]:
-    """Build the point's layout over the shared pool, time it, and return its raw row."""
-    cp = kernels.cupy
-    q_heads, kv_heads, head_dim = point.num_q_heads, point.num_kv_heads, point.head_dim
-    block_size = CONTIGUOUS_POOL_BLOCK if point.layout == "contiguous" else point.block_size
+    """Build the point's layout over the shared arena, time it (replicas if short), return its raw row."""
+    q_heads, head_dim = point.num_q_heads, point.head_dim
     lengths = np.full(point.batch, point.context_tokens, dtype=np.int64)
     layout = make_layout(
-        point.layout, lengths, kv_heads=kv_heads, head_dim=head_dim, block_size=block_size, rng=rng,
-        dtype=point.dtype, max_pool_bytes=max_point_bytes,
+        point.layout, lengths, kv_heads=point.num_kv_heads, head_dim=head_dim,
+        block_size=point.pool_block_size, rng=rng, dtype=point.dtype,
+        max_pool_bytes=point.pool_bytes(max_point_bytes),
     )  # fmt: skip
+    n_q = point.batch * q_heads * head_dim
+    replicas = replica_launches(
+        kernels, point.kernel, layout, buffers.arena,
+        q=buffers.q[:n_q].reshape(point.batch, q_heads, head_dim),
+        out=buffers.out[:n_q].reshape(point.batch, q_heads, head_dim),
+        num_sms=num_sms, l2_bytes=timer.l2_bytes, graph_below_s=timer.graph_below_s,
+        metadata_budget_bytes=buffers.metadata_budget_bytes,
+    )  # fmt: skip
+    timing = timer.time(replicas.launches, repeats=repeats)
     cost = bytes_and_flops(point.kernel, layout, q_heads)
-    block_bytes = block_size * layout.row_bytes
-    capacity_blocks = buffers.pool_bytes // block_bytes
-    out_rows_capacity = buffers.pool_bytes // layout.row_bytes
-    n_replicas = min(replicas_needed(cost.kv_bytes, timer.l2_bytes), capacity_blocks // layout.num_blocks)
-    if point.kernel == "gather":  # outputs need disjoint replicas too (written bytes also pass L2)
-        n_replicas = min(n_replicas, out_rows_capacity // max(layout.live_tokens, 1))
-    if cost.bytes / ESTIMATE_BYTES_PER_S > 4 * timer.graph_below_s:  # long kernel: timed alone, no graph
-        n_replicas = 1
-    n_replicas = max(n_replicas, 1)
-    launches: list[Callable[[], None]] = []
-    keep_alive: list[Any] = []
-    for r in range(n_replicas):
-        replica = layout.shifted(r * layout.num_blocks)
-        dev = DeviceLayout.upload(cp, replica)
-        if point.kernel == "gather":
-            plan = DevicePlan.upload(cp, gather_plan(replica, num_sms))
-            row_elems = kv_heads * head_dim
-            base = r * layout.live_tokens * row_elems
-            k_out = buffers.k_out[base : base + layout.live_tokens * row_elems]
-            v_out = buffers.v_out[base : base + layout.live_tokens * row_elems]
-            launches.append(
-                lambda dev=dev, plan=plan, k_out=k_out, v_out=v_out: kernels.gather(
-                    dev, plan, buffers.k_pool, buffers.v_pool, k_out, v_out
-                )
-            )
-            keep_alive += [dev, plan]
-        else:
-            host_plan = attention_plan(replica, num_sms)
-            plan = DevicePlan.upload(cp, host_plan)
-            n_q = point.batch * q_heads * head_dim
-            q = buffers.q[:n_q].reshape(point.batch, q_heads, head_dim)
-            out = buffers.out[:n_q].reshape(point.batch, q_heads, head_dim)
-            workspace = kernels.attention_workspace(replica, host_plan, q_heads)
-            launches.append(
-                lambda dev=dev, plan=plan, q=q, out=out, ws=workspace: kernels.attention(
-                    dev, plan, q, buffers.k_pool, buffers.v_pool, out, ws
-                )
-            )
-            keep_alive += [dev, plan, workspace]
-    timing = timer.time(launches, repeats=repeats)
     row = point.as_row()
     row.update(bytes=cost.bytes, flops=cost.flops, blocks_touched=cost.blocks_touched, **timing.as_dict())
     row["achieved_bytes_per_s"] = cost.bytes / timing.median_s
-    del keep_alive
     return row
 
 

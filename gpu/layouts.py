@@ -160,20 +160,29 @@ def contiguous_layout(
     )
 
 
-def paged_sequential_layout(
-    lengths_tokens: Any, *, kv_heads: int, head_dim: int, block_size: int, dtype: str = "bf16"
+def _paged_layout(
+    name: str,
+    lengths: np.ndarray,
+    per_seq: np.ndarray,
+    block_ids: np.ndarray,
+    *,
+    num_blocks: int,
+    kv_heads: int,
+    head_dim: int,
+    block_size: int,
+    dtype: str,
 ) -> KvLayout:
-    """Paged, with block ids handed out in order: the best case for a paged kernel (a fresh pool)."""
-    lengths = _check_common(lengths_tokens, block_size, kv_heads, head_dim, dtype)
-    per_seq = -(-lengths // block_size)
-    needed = int(per_seq.sum())
-    ids = np.arange(needed, dtype=np.int32)
-    table = _table_from_ids(ids, per_seq)
+    """The KvLayout of a paged batch whose blocks are `block_ids`, sequence after sequence.
+
+    Why one builder: the idealised paged layouts differ only in which ids they hand out and how large
+    the pool is; everything derived from the ids (table, first slots, sequence ids) must not diverge.
+    """
+    table = _table_from_ids(block_ids.astype(np.int32), per_seq)
     return KvLayout(
-        name="paged_sequential",
+        name=name,
         paged=True,
         block_size=block_size,
-        num_blocks=max(needed, 1),
+        num_blocks=num_blocks,
         kv_heads=kv_heads,
         head_dim=head_dim,
         dtype=dtype,
@@ -182,6 +191,19 @@ def paged_sequential_layout(
         start_slots=np.maximum(table[:, 0], 0).astype(np.int64) * block_size,
         seq_ids=np.arange(lengths.size, dtype=np.int64),
     )
+
+
+def paged_sequential_layout(
+    lengths_tokens: Any, *, kv_heads: int, head_dim: int, block_size: int, dtype: str = "bf16"
+) -> KvLayout:
+    """Paged, with block ids handed out in order: the best case for a paged kernel (a fresh pool)."""
+    lengths = _check_common(lengths_tokens, block_size, kv_heads, head_dim, dtype)
+    per_seq = -(-lengths // block_size)
+    needed = int(per_seq.sum())
+    return _paged_layout(
+        "paged_sequential", lengths, per_seq, np.arange(needed), num_blocks=max(needed, 1),
+        kv_heads=kv_heads, head_dim=head_dim, block_size=block_size, dtype=dtype,
+    )  # fmt: skip
 
 
 def paged_shuffled_layout(
@@ -211,21 +233,11 @@ def paged_shuffled_layout(
         pool_blocks = min(pool_blocks, max(int(max_pool_bytes // block_bytes), needed))
     if pool_blocks >= 2**31:
         raise GpuError(f"pool of {pool_blocks} blocks exceeds int32 block ids")
-    ids = rng.permutation(pool_blocks)[: int(per_seq.sum())].astype(np.int32)
-    table = _table_from_ids(ids, per_seq)
-    return KvLayout(
-        name="paged_shuffled",
-        paged=True,
-        block_size=block_size,
-        num_blocks=pool_blocks,
-        kv_heads=kv_heads,
-        head_dim=head_dim,
-        dtype=dtype,
-        lengths_tokens=lengths.astype(np.int32),
-        block_table=table,
-        start_slots=np.maximum(table[:, 0], 0).astype(np.int64) * block_size,
-        seq_ids=np.arange(lengths.size, dtype=np.int64),
-    )
+    ids = rng.permutation(pool_blocks)[: int(per_seq.sum())]
+    return _paged_layout(
+        "paged_shuffled", lengths, per_seq, ids, num_blocks=pool_blocks,
+        kv_heads=kv_heads, head_dim=head_dim, block_size=block_size, dtype=dtype,
+    )  # fmt: skip
 
 
 def make_layout(
@@ -437,20 +449,28 @@ def float32_to_bits(values: Any, dtype: str, xp: ModuleType = np) -> Any:
     raise GpuError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
 
 
+def fill_random_bits(
+    flat: Any, rng: np.random.Generator, dtype: str, xp: ModuleType = np, chunk_elems: int = 1 << 26
+) -> Any:
+    """Fill a flat uint16 array with standard-normal bf16/fp16 values, in place; return it.
+
+    In chunks, so an 8 GB device pool never needs a float32 temporary of the same size.
+    """
+    total = int(flat.size)
+    for start in range(0, total, chunk_elems):
+        n = min(chunk_elems, total - start)
+        flat[start : start + n] = float32_to_bits(random_values_f32(xp, rng, n), dtype, xp)
+    return flat
+
+
 def make_pool(
     layout: KvLayout, rng: np.random.Generator, xp: ModuleType = np, chunk_elems: int = 1 << 26
 ) -> tuple:
-    """Random K and V pools [num_blocks, block_size, kv_heads, head_dim] of uint16 for `layout`.
-
-    Filled in chunks so an 8 GB device pool never needs a float32 temporary of the same size.
-    """
+    """Random K and V pools [num_blocks, block_size, kv_heads, head_dim] of uint16 for `layout`."""
     shape = (layout.num_blocks, layout.block_size, layout.kv_heads, layout.head_dim)
     total = int(np.prod(shape))
-    pools = []
-    for _ in range(2):
-        flat = xp.empty(total, dtype=xp.uint16)
-        for start in range(0, total, chunk_elems):
-            n = min(chunk_elems, total - start)
-            flat[start : start + n] = float32_to_bits(random_values_f32(xp, rng, n), layout.dtype, xp)
-        pools.append(flat.reshape(shape))
+    pools = [
+        fill_random_bits(xp.empty(total, dtype=xp.uint16), rng, layout.dtype, xp, chunk_elems).reshape(shape)
+        for _ in range(2)
+    ]
     return pools[0], pools[1]

@@ -33,14 +33,19 @@ def _fail(source: str, key: str, problem: str) -> GpuError:
     return GpuError(f"{source}: key '{key}' {problem}")
 
 
+def _get(obj: Mapping[str, Any], key: str, path: str, source: str) -> Any:
+    """obj[key], or GpuError "missing key 'path.key'" (so an absent key never reads as "got None")."""
+    if key not in obj:
+        raise GpuError(f"{source}: missing key '{path}{key}'")
+    return obj[key]
+
+
 def _is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _number(obj: Mapping[str, Any], key: str, path: str, source: str, *, positive: bool = False) -> float:
-    if key not in obj:
-        raise _fail(source, f"{path}{key}", "is missing")
-    value = obj[key]
+    value = _get(obj, key, path, source)
     if not _is_number(value):
         raise _fail(source, f"{path}{key}", f"must be a finite number, got {value!r}")
     if positive and value <= 0:
@@ -51,16 +56,14 @@ def _number(obj: Mapping[str, Any], key: str, path: str, source: str, *, positiv
 
 
 def _integer(obj: Mapping[str, Any], key: str, path: str, source: str, *, minimum: int = 0) -> int:
-    if key not in obj:
-        raise _fail(source, f"{path}{key}", "is missing")
-    value = obj[key]
+    value = _get(obj, key, path, source)
     if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
         raise _fail(source, f"{path}{key}", f"must be an integer >= {minimum}, got {value!r}")
     return value
 
 
 def _choice(obj: Mapping[str, Any], key: str, path: str, source: str, allowed: tuple[str, ...]) -> str:
-    value = obj.get(key)
+    value = _get(obj, key, path, source)
     if value not in allowed:
         raise _fail(source, f"{path}{key}", f"must be one of {', '.join(allowed)}, got {value!r}")
     return str(value)
@@ -75,19 +78,21 @@ def _mapping(obj: Any, key: str, source: str) -> Mapping[str, Any]:
 def validate_profile(profile: Any, source: str = "profile") -> dict[str, Any]:
     """Check a profile against schema v1; return it unchanged, or raise GpuError naming the key."""
     top = _mapping(profile, "(top level)", source)
-    version = top.get("schema_version")
+    version = _get(top, "schema_version", "", source)
     if version != SCHEMA_VERSION:
         raise _fail(source, "schema_version", f"must be {SCHEMA_VERSION}, got {version!r}")
-    if not isinstance(top.get("measured"), bool):
-        raise _fail(source, "measured", f"must be true or false, got {top.get('measured')!r}")
-    device = _mapping(top.get("device"), "device", source)
-    if not isinstance(device.get("name"), str) or not device["name"]:
-        raise _fail(source, "device.name", f"must be a non-empty string, got {device.get('name')!r}")
-    ceilings = _mapping(top.get("ceilings"), "ceilings", source)
+    measured = _get(top, "measured", "", source)
+    if not isinstance(measured, bool):
+        raise _fail(source, "measured", f"must be true or false, got {measured!r}")
+    device = _mapping(_get(top, "device", "", source), "device", source)
+    name = _get(device, "name", "device.", source)
+    if not isinstance(name, str) or not name:
+        raise _fail(source, "device.name", f"must be a non-empty string, got {name!r}")
+    ceilings = _mapping(_get(top, "ceilings", "", source), "ceilings", source)
     for key in ("copy_bytes_per_s", "read_bytes_per_s"):
         _number(ceilings, key, "ceilings.", source, positive=True)
 
-    rows = top.get("rows")
+    rows = _get(top, "rows", "", source)
     if not isinstance(rows, list):
         raise _fail(source, "rows", f"must be a list, got {type(rows).__name__}")
     for i, row in enumerate(rows):
@@ -101,10 +106,11 @@ def validate_profile(profile: Any, source: str = "profile") -> dict[str, Any]:
             _integer(row, key, path, source)
         for key in _ROW_TIME_KEYS:
             _number(row, key, path, source, positive=True)
-        if not isinstance(row.get("dtype"), str):
-            raise _fail(source, f"{path}dtype", f"must be a string, got {row.get('dtype')!r}")
+        dtype = _get(row, "dtype", path, source)
+        if not isinstance(dtype, str):
+            raise _fail(source, f"{path}dtype", f"must be a string, got {dtype!r}")
 
-    fits = top.get("fits")
+    fits = _get(top, "fits", "", source)
     if not isinstance(fits, list):
         raise _fail(source, "fits", f"must be a list, got {type(fits).__name__}")
     for i, fit in enumerate(fits):
@@ -121,9 +127,9 @@ def validate_profile(profile: Any, source: str = "profile") -> dict[str, Any]:
         _number(fit, "mape_pct", path, source)
         _integer(fit, "num_points", path, source, minimum=1)
 
-    ratios = _mapping(top.get("ratios"), "ratios", source)
+    ratios = _mapping(_get(top, "ratios", "", source), "ratios", source)
     for kernel in KERNELS:
-        per_block = _mapping(ratios.get(kernel), f"ratios.{kernel}", source)
+        per_block = _mapping(_get(ratios, kernel, "ratios.", source), f"ratios.{kernel}", source)
         for block_key, value in per_block.items():
             if not str(block_key).isdigit() or int(block_key) < 1:
                 raise _fail(source, f"ratios.{kernel}.{block_key}", "must be keyed by a block size >= 1")

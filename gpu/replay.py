@@ -22,15 +22,19 @@ import numpy as np
 from gpu.errors import GpuError
 from gpu.kernels import GROUPS, HEAD_DIMS
 from gpu.layouts import (
+    DTYPE_BYTES,
     DTYPES,
     KvLayout,
     SnapshotMapping,
+    fill_random_bits,
     float32_to_bits,
     layout_from_snapshot,
     make_pool,
     random_values_f32,
 )
 from gpu.reference import bytes_and_flops, decode_attention_reference, gather_reference
+from gpu.replicas import replica_elems, replica_launches
+from gpu.timing import MAX_REPLICAS
 
 INDEX_COLUMNS: tuple[str, ...] = ("step", "time_s", "allocator", "predicted_kv_read_s", "predicted_step_s")
 REPLAY_COLUMNS: tuple[str, ...] = (
@@ -50,6 +54,15 @@ class ReplayModel:
     head_dim: int = 128
     num_layers: int = 32
     dtype: str = "bf16"
+
+    @classmethod
+    def resolve(cls, found: dict[str, Any], **given: Any) -> ReplayModel:
+        """The defaults, overridden by the shape `found` in a run's summary.json, then by flags `given`.
+
+        Why here: the CLI's flags and the summary's model are two partial views of one shape; a flag
+        left unset (None) must not hide what the summary says.
+        """
+        return cls(**{**found, **{k: v for k, v in given.items() if v is not None}})
 
     def __post_init__(self) -> None:
         for name in ("num_q_heads", "num_kv_heads", "head_dim", "num_layers"):
@@ -224,43 +237,57 @@ def replay(
     kernels = Kernels(cp)
     timer = EventTimer(cp, props["l2_cache_bytes"])
     rng = np.random.default_rng(seed)
+    arena = fill_random_bits(
+        cp.empty(replay_arena_elems([layout for _, layout, _ in mapped], budget_bytes), dtype=cp.uint16),
+        rng,
+        model.dtype,
+        cp,
+    )
     rows: list[dict[str, Any]] = []
     for snap, layout, mapping in mapped:
-        gather_s, attention_s = _time_layout(cp, kernels, timer, layout, model, rng, num_sms, repeats)
+        gather_s, attention_s = _time_layout(kernels, timer, layout, model, arena, rng, num_sms, repeats)
         rows.append(replay_row(snap, layout, mapping, model, gather_s, attention_s))
     return rows
 
 
+def replay_arena_elems(layouts: list[KvLayout], budget_bytes: int) -> int:
+    """uint16 elements of the shared replay arena: room for MAX_REPLICAS replicas, within the budget.
+
+    Never smaller than one replica of the largest snapshot (pools plus gather outputs), so every
+    snapshot can be timed; never larger than the budget otherwise, and no larger than the replicas
+    could use. Short kernels then get as many disjoint replicas as fit (gpu.replicas).
+    """
+    one = max(2 * sum(replica_elems("gather", layout)) for layout in layouts)
+    return max(one, min(budget_bytes // DTYPE_BYTES // 8 * 8, MAX_REPLICAS * one))
+
+
 def _time_layout(
-    cp: Any,
     kernels: Any,
     timer: Any,
     layout: KvLayout,
     model: ReplayModel,
+    arena: Any,
     rng: np.random.Generator,
     num_sms: int,
     repeats: int,
 ) -> tuple[float, float]:
-    """Median seconds of one layer's gather and decode attention on `layout` (fresh random pool)."""
-    from gpu.kernels import DeviceLayout, DevicePlan, attention_plan, gather_plan
+    """Median seconds per launch of one layer's gather and decode attention on `layout`.
 
-    k_pool, v_pool = make_pool(layout, rng, cp)
-    dev = DeviceLayout.upload(cp, layout)
-    g_plan = DevicePlan.upload(cp, gather_plan(layout, num_sms))
-    k_out = cp.empty((layout.live_tokens, layout.kv_heads, layout.head_dim), dtype=cp.uint16)
-    v_out = cp.empty_like(k_out)
-    gather_t = timer.time(
-        [lambda: kernels.gather(dev, g_plan, k_pool, v_pool, k_out, v_out)], repeats=repeats
-    )
-    a_host = attention_plan(layout, num_sms)
-    a_plan = DevicePlan.upload(cp, a_host)
+    Timed exactly as a calibration point is: short kernels as a CUDA graph of disjoint replicas.
+    """
+    cp = kernels.cupy
     n_q = layout.batch * model.num_q_heads * model.head_dim
     q = float32_to_bits(random_values_f32(cp, rng, n_q), model.dtype, cp)
     q = q.reshape(layout.batch, model.num_q_heads, model.head_dim)
     out = cp.empty(q.shape, dtype=cp.float32)
-    ws = kernels.attention_workspace(layout, a_host, model.num_q_heads)
-    attn_t = timer.time([lambda: kernels.attention(dev, a_plan, q, k_pool, v_pool, out, ws)], repeats=repeats)
-    return gather_t.median_s, attn_t.median_s
+    medians = []
+    for kernel in ("gather", "attention"):
+        replicas = replica_launches(
+            kernels, kernel, layout, arena, q=q, out=out, num_sms=num_sms, l2_bytes=timer.l2_bytes,
+            graph_below_s=timer.graph_below_s,
+        )  # fmt: skip
+        medians.append(timer.time(replicas.launches, repeats=repeats).median_s)
+    return medians[0], medians[1]
 
 
 def replay_row(

@@ -20,6 +20,7 @@ import numpy as np
 MIN_REPEATS = 20
 GRAPH_BELOW_S = 20e-6
 L2_FLUSH_FACTOR = 4
+MAX_REPLICAS = 32  # disjoint copies a graph cycles through, at most
 
 
 @dataclass(frozen=True)
@@ -51,7 +52,7 @@ def summarize(samples_s: Sequence[float], launches_per_sample: int = 1) -> Timin
     return Timing(float(median), float(p10), float(p90), int(values.size), launches_per_sample)
 
 
-def replicas_needed(working_set_bytes: int, l2_bytes: int, max_replicas: int = 32) -> int:
+def replicas_needed(working_set_bytes: int, l2_bytes: int, max_replicas: int = MAX_REPLICAS) -> int:
     """Disjoint copies a graph must cycle through so that its launches together overflow L2 4x."""
     if working_set_bytes <= 0:
         return 1

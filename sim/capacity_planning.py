@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from sim.errors import KvsimError
+from sim.output_paths import check_output_file, write_error
 
 DEFAULT_MAX_MODEL_LENS: tuple[int, ...] = (2048, 4096, 8192, 16384, 32768)
 DEFAULT_REL_TOL = 0.05  # bisection stops when hi/lo - 1 <= this
@@ -112,9 +113,15 @@ def queue_slope_req_s(steps: Any, start_s: float, end_s: float) -> float:
 
 
 def judge_run(
-    run: Any, rate_req_s: float, slo: Slo, queue_slope_tolerance: float = DEFAULT_QUEUE_SLOPE_TOLERANCE
+    run: Any,
+    rate_req_s: float,
+    slo: Slo | None,
+    queue_slope_tolerance: float = DEFAULT_QUEUE_SLOPE_TOLERANCE,
 ) -> tuple[bool, dict[str, Any]]:
     """Is this rate sustainable? (SLO holds) and (no request rejected) and (the queue is stable).
+
+    `slo=None` judges stability alone (no rejection, stable queue, long enough): the question "at
+    which rate does the queue start to grow", with exactly the rule `kvsim capacity` applies.
 
     Stable: the waiting queue's fitted slope over the second half of the arrivals (T/2 to T, T the
     arrival span; `queue_slope_req_s`) is at most `queue_slope_tolerance` x the arrival rate. A run
@@ -147,14 +154,18 @@ def judge_run(
     if slope > queue_slope_tolerance * rate_req_s:
         reasons.append(f"queue grows {slope:.3g} req/s > {queue_slope_tolerance:g} x rate")
     checks = (
-        (slo.ttft_p99_s, "p99_ttft_ms", 1e3, "p99 TTFT"),
-        (slo.tpot_p99_s, "p99_tpot_ms", 1e3, "p99 TPOT"),
-        (
-            slo.normalized_latency_s_per_token,
-            "mean_normalized_latency_s_per_token",
-            1.0,
-            "normalized latency",
-        ),
+        ()
+        if slo is None
+        else (
+            (slo.ttft_p99_s, "p99_ttft_ms", 1e3, "p99 TTFT"),
+            (slo.tpot_p99_s, "p99_tpot_ms", 1e3, "p99 TPOT"),
+            (
+                slo.normalized_latency_s_per_token,
+                "mean_normalized_latency_s_per_token",
+                1.0,
+                "normalized latency",
+            ),
+        )
     )
     for bound, key, scale, label in checks:
         if bound is None:
@@ -171,7 +182,7 @@ def judge_run(
             f"latency {mean_e2el_s:.3g} s"
         )
     evidence["ok"] = not reasons
-    evidence["reason"] = "; ".join(reasons) if reasons else "SLO met, queue stable"
+    evidence["reason"] = "; ".join(reasons) if reasons else ("SLO met, " if slo else "") + "queue stable"
     return not reasons, evidence
 
 
@@ -347,10 +358,63 @@ def _saturation(job: PlanJob) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     return result, records
 
 
-def plan_one(job: PlanJob) -> dict[str, Any]:
-    """Saturation run, then (if asked) bisection over the rate: one row of the plan, with its runs."""
+def probe_rate(
+    scenario: Any,
+    rate_req_s: float,
+    slo: Slo | None,
+    queue_slope_tolerance: float = DEFAULT_QUEUE_SLOPE_TOLERANCE,
+) -> tuple[bool, list[dict[str, Any]]]:
+    """Simulate `scenario` at `rate_req_s` and judge it (`judge_run`); the verdict and every run's record.
+
+    A passing run too short to judge is rerun at the same rate with more prompts (up to
+    MAX_PROBE_EXTENSIONS times, PROBE_PROMPTS_CAP prompts); the last run's verdict counts.
+    """
     from sim.simulation import simulate
 
+    base_prompts = int(scenario.num_prompts or 0)
+    records: list[dict[str, Any]] = []
+    prompts = base_prompts
+    ok = False
+    for _ in range(MAX_PROBE_EXTENSIONS + 1):
+        overrides: dict[str, Any] = {"workload.request_rate": rate_req_s}
+        if prompts:
+            overrides["num_prompts"] = prompts
+        probe_scenario = scenario.with_overrides(**overrides)
+        run = simulate(probe_scenario)
+        ok, evidence = judge_run(run, rate_req_s, slo, queue_slope_tolerance)
+        records.append(_sim_record(probe_scenario, run, {"purpose": "rate probe", **evidence}))
+        if not evidence["too_short"] or not prompts or prompts >= PROBE_PROMPTS_CAP:
+            break
+        needed = MIN_SPAN_LIFETIMES * evidence["mean_e2el_s"] / max(evidence["arrival_span_s"], 1e-9)
+        prompts = min(PROBE_PROMPTS_CAP, math.ceil(prompts * needed * 1.25))
+    return ok, records
+
+
+def max_stable_rate(
+    scenario: Any,
+    *,
+    low: float,
+    high: float,
+    slo: Slo | None = None,
+    rel_tol: float = DEFAULT_REL_TOL,
+    queue_slope_tolerance: float = DEFAULT_QUEUE_SLOPE_TOLERANCE,
+) -> RateSearch:
+    """The bisection `kvsim capacity` runs for one row, in this process, for notebooks and scripts.
+
+    With `slo=None` it answers "at which rate does the queue start to grow": the highest rate whose
+    queue is stable is `max_rate_req_s`, the lowest one seen growing is `final_bracket[1]`. Each
+    probe's evidence is the list of its runs' records (as in the plan's `max_rate_runs`).
+    """
+    return find_max_rate(
+        lambda rate: probe_rate(scenario, rate, slo, queue_slope_tolerance),
+        low=low,
+        high=high,
+        rel_tol=rel_tol,
+    )
+
+
+def plan_one(job: PlanJob) -> dict[str, Any]:
+    """Saturation run, then (if asked) bisection over the rate: one row of the plan, with its runs."""
     scenario = job.scenario
     capacity_tokens = int(scenario.kv_capacity_tokens())
     row: dict[str, Any] = {
@@ -367,33 +431,20 @@ def plan_one(job: PlanJob) -> dict[str, Any]:
     if not job.find_rate:
         return row
 
-    base_prompts = int(scenario.num_prompts or 0)
-
-    def evaluate(rate: float) -> tuple[bool, list[dict[str, Any]]]:
-        """Simulate at `rate`; a passing run too short to judge is rerun with more prompts."""
-        records: list[dict[str, Any]] = []
-        prompts = base_prompts
-        for _ in range(MAX_PROBE_EXTENSIONS + 1):
-            overrides: dict[str, Any] = {"workload.request_rate": rate}
-            if prompts:
-                overrides["num_prompts"] = prompts
-            probe_scenario = scenario.with_overrides(**overrides)
-            run = simulate(probe_scenario)
-            ok, evidence = judge_run(run, rate, job.slo, job.queue_slope_tolerance)
-            records.append(_sim_record(probe_scenario, run, {"purpose": "rate probe", **evidence}))
-            if not evidence["too_short"] or not prompts or prompts >= PROBE_PROMPTS_CAP:
-                break
-            needed = MIN_SPAN_LIFETIMES * evidence["mean_e2el_s"] / max(evidence["arrival_span_s"], 1e-9)
-            prompts = min(PROBE_PROMPTS_CAP, math.ceil(prompts * needed * 1.25))
-        return ok, records
-
     if job.rate_bracket is not None:
         low, high = job.rate_bracket
     else:
         throughput = saturation["saturation_throughput_req_s"] or 0.0
         high = SATURATION_BRACKET_HIGH * throughput if throughput > 0 else 1.0
         low = high / BRACKET_RATIO
-    search = find_max_rate(evaluate, low=low, high=high, rel_tol=job.rel_tol)
+    search = max_stable_rate(
+        scenario,
+        low=low,
+        high=high,
+        slo=job.slo,
+        rel_tol=job.rel_tol,
+        queue_slope_tolerance=job.queue_slope_tolerance,
+    )
     row.update(
         {
             "max_rate_req_s": search.max_rate_req_s,
@@ -442,16 +493,52 @@ class CapacityPlan:
                 }
         return best
 
+    def stability_rule(self) -> str:
+        """When a probed rate counts as sustainable, in words (JSON `stability_rule`, table caption)."""
+        return (
+            "waiting-queue slope over the second half of the arrivals <= "
+            f"{self.queue_slope_tolerance:g} x rate, no request is rejected, and the SLO holds"
+        )
+
+    def caption_lines(self) -> list[str]:
+        """What the max-rate column was searched over and judged by, printed under the table.
+
+        Why beside the answer: a max rate means little without its bracket (an answer at an end is
+        only a bound: the (<) and (>=) flags), the tolerance (how close below the threshold it is) and
+        the rule that decided each probe.
+        """
+        searched = [row for row in self.rows if row.get("rate_bracket") is not None]
+        if not searched:
+            return [f"sustainable = {self.stability_rule()}"]
+        brackets = {
+            f"{row['allocator']} {row['max_model_len']}/TP{row['tensor_parallel_size']}": (
+                f"[{row['rate_bracket'][0]:.3g}, {row['rate_bracket'][1]:.3g}]"
+            )
+            for row in searched
+        }
+        if len(set(brackets.values())) == 1:
+            bracket_text = f"bracket {next(iter(brackets.values()))} req/s"
+        else:
+            bracket_text = (
+                f"bracket per row ({SATURATION_BRACKET_HIGH:g} x saturation throughput down to "
+                f"/{BRACKET_RATIO:g}), req/s: " + "; ".join(f"{k} {v}" for k, v in brackets.items())
+            )
+        tolerances = sorted({float(row["rate_rel_tol"]) for row in searched})
+        return [
+            f"max rate: geometric bisection, {bracket_text} (widened x2 or /2 when an end is on the "
+            f"wrong side), stopped at hi/lo - 1 <= {', '.join(f'{t:g}' for t in tolerances)}; "
+            "(<) = even the lowest rate failed, (>=) = the highest rate tried still passed",
+            f"sustainable = {self.stability_rule()}; a passing run whose arrivals span under "
+            f"{MIN_SPAN_LIFETIMES:g} x its mean latency is rerun with more prompts",
+        ]
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "scenario": self.scenario,
             "slo": asdict(self.slo),
             "slo_text": self.slo.describe(),
             "target_rate_req_s": self.target_rate_req_s,
-            "stability_rule": (
-                "waiting-queue slope over the second half of the arrivals <= "
-                f"{self.queue_slope_tolerance:g} x rate, no request is rejected, and the SLO holds"
-            ),
+            "stability_rule": self.stability_rule(),
             "gpus_needed": self.gpu_plan(),
             "rows": self.rows,
             "failures": self.failures,
@@ -471,8 +558,12 @@ class CapacityPlan:
         return pd.DataFrame(flat)
 
     def write(self, path: str | os.PathLike[str]) -> Path:
-        """JSON (.json) or CSV (.csv) by suffix, through a temp file and os.replace."""
-        target = Path(path)
+        """JSON (.json) or CSV (.csv) by suffix, through a temp file and os.replace.
+
+        The folder must already exist (`check_plan_output`): a mistyped folder is refused rather
+        than created. Any OSError while writing becomes one line naming the file.
+        """
+        target = check_plan_output(path)
         suffix = target.suffix.lower()
         if suffix == ".json":
             text = json.dumps(self.to_dict(), indent=2, default=_json_default, allow_nan=True) + "\n"
@@ -481,10 +572,10 @@ class CapacityPlan:
             frame = self.to_frame()
             frame.to_csv(buffer, index=False, quoting=csv.QUOTE_MINIMAL)
             text = buffer.getvalue()
-        else:
-            raise CapacityError(f"--output {target}: suffix must be .json or .csv")
-        target.parent.mkdir(parents=True, exist_ok=True)
-        handle, temp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+        try:
+            handle, temp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+        except OSError as exc:
+            raise write_error("--output", target, exc) from None
         try:
             with os.fdopen(handle, "w") as out:
                 out.write(text)
@@ -492,18 +583,24 @@ class CapacityPlan:
             os.umask(mask)
             os.chmod(temp_name, 0o666 & ~mask)  # mkstemp makes 0600; a plan is as readable as any output
             os.replace(temp_name, target)
+        except OSError as exc:
+            Path(temp_name).unlink(missing_ok=True)
+            raise write_error("--output", target, exc) from None
         except BaseException:
             Path(temp_name).unlink(missing_ok=True)
             raise
         return target
 
     def rich_table(self) -> Any:
+        """The plan as a rich Table; `caption_lines` (bracket, tolerance, stability rule) under it."""
         from rich.table import Table
+        from rich.text import Text
 
         title = f"capacity · SLO: {self.slo.describe()}"
         if self.target_rate_req_s is not None:
             title += f" · target {self.target_rate_req_s:g} req/s"
-        table = Table(title=title, title_justify="left")
+        caption = Text("\n".join(self.caption_lines()))  # Text: brackets are not rich markup
+        table = Table(title=title, title_justify="left", caption=caption, caption_justify="left")
         for name in (
             "allocator",
             "max_model_len",
@@ -539,6 +636,15 @@ class CapacityPlan:
                 f"{len(runs)} ({', '.join(map(str, seeds))})",
             )
         return table
+
+
+def check_plan_output(path: str | os.PathLike[str]) -> Path:
+    """The plan's `--output` as an absolute path, refused (one line) before any simulation when it
+    cannot be written: a suffix other than .json/.csv, a missing or read-only folder, a folder name."""
+    target = Path(path)
+    if target.suffix.lower() not in (".json", ".csv"):
+        raise CapacityError(f"--output {target}: suffix must be .json or .csv")
+    return check_output_file(target, what="--output")
 
 
 def _rate_flag(status: str | None) -> str:
@@ -614,6 +720,9 @@ def capacity(
         raise CapacityError(f"--rate-min/--rate-max must satisfy 0 < min < max (got {rate_bracket!r})")
     if not 0 < rel_tol < 1:
         raise CapacityError(f"--rate-tol must be in (0, 1) (got {rel_tol!r})")
+    # A missing trace or a bad preset parameter fails every simulation alike: say so once, now,
+    # instead of after starting workers (and an empty plan). Workload errors are one-line ValueErrors.
+    scenario.load_workload()
     names = list(allocators) if allocators else _default_allocators()
     base_len = int(scenario.max_model_len)
     base_tp = int(scenario.tensor_parallel_size)

@@ -2,9 +2,11 @@
 
 Why this shape: a report is read by people who did not run the simulation, so it must be complete or
 absent. Every folder is validated first (files, summary.json keys, table columns) and refused with
-one line naming what is missing; then everything is rendered in memory; only then are files written,
-each to a temporary name and moved into place with os.replace, report.html last. The HTML is one
-self-contained file (figures as base64 data URIs, inline CSS, no scripts) so it reads offline.
+one line naming what is missing, and so is an output folder that cannot be written; then everything
+is rendered in memory; only then are files written, each to a temporary name and moved into place with
+os.replace: figures first, then report.md, then report.html, then stale figures removed (`_publish`).
+The HTML is one self-contained file (figures as base64 data URIs, inline CSS, no scripts) so it reads
+offline.
 
 The report reads the results contract of docs/architecture.md directly (not `sim.results.load_run`)
 because it needs a stricter check than loading does: the exact metric keys its table shows.
@@ -32,6 +34,8 @@ import pyarrow.parquet as pq
 from allocators.base import BREAKDOWN_PARTS
 from sim import diagnosis, figures
 from sim.errors import ResultsError
+from sim.output_paths import check_output_dir, write_error
+from sim.sweeping import CELLS_DIR, SWEEP_TABLE
 
 RESULT_FILES: tuple[str, ...] = ("summary.json", "requests.parquet", "steps.parquet")
 SUMMARY_KEYS: tuple[str, ...] = ("scenario", "allocator", "metrics")
@@ -187,12 +191,26 @@ def load_results(results_dir: Path) -> LoadedRun:
 
 
 def expand_results_dirs(results_dirs: Sequence[Path]) -> list[Path]:
-    """The run folders behind the arguments: a folder without result files that holds run folders
-    (e.g. the output of `kvsim compare`) stands for those sub-folders, in name order. Hidden folders
-    (a crashed write's `.name.tmp-*`) are skipped; a sub-folder with only some result files is kept,
-    so that loading refuses it by name instead of the report silently leaving it out."""
+    """The run folders behind the arguments, in name order.
+
+    A sweep folder (`kvsim sweep`: it holds sweep.parquet) stands for its finished cells,
+    `cells/<id>/` with a summary.json; hidden folders (`cells/.partial/`) and cells without a
+    summary (not committed) are skipped, as the sweep itself counts them. A folder without result files
+    that holds run folders (e.g. the output of `kvsim compare`) stands for those sub-folders. Hidden
+    folders (a crashed write's `.name.tmp-*`) are skipped; a sub-folder with only some result files is
+    kept, so that loading refuses it by name instead of the report silently leaving it out."""
     expanded: list[Path] = []
     for results_dir in map(Path, results_dirs):
+        if (results_dir / SWEEP_TABLE).is_file() and (results_dir / CELLS_DIR).is_dir():
+            cells = sorted(
+                child
+                for child in (results_dir / CELLS_DIR).iterdir()
+                if child.is_dir() and not child.name.startswith(".") and (child / "summary.json").is_file()
+            )
+            if not cells:
+                raise ResultsError(f"{results_dir}: a sweep folder without finished cells (rerun the sweep)")
+            expanded.extend(cells)
+            continue
         if results_dir.is_dir() and not any((results_dir / name).exists() for name in RESULT_FILES):
             children = sorted(
                 child
@@ -538,10 +556,15 @@ def render_markdown(
 
 
 def _publish(output_dir: Path, pngs: Mapping[str, bytes], markdown: str, page: str) -> None:
-    """Write everything to a staging folder first, then move each file into place (report.html last).
+    """Write everything to a staging folder, then move it into place so that no reader sees a mix.
 
-    Figures from an earlier report that this one does not produce (e.g. a sweep figure) are removed,
-    so figures/ never mixes two reports.
+    Order of the moves: every new figure first (each with one os.replace), then report.md, then
+    report.html, and only then are figures of an earlier report that this one does not produce
+    (e.g. a sweep's figure 5) removed. So at any instant report.md links only figures that exist
+    (the old report.md still finds its old figure 5; the new one never links it), report.html is
+    self-contained either way, and a crash part-way leaves the previous report readable, not a
+    report.md of one run beside a report.html of another. Staging lives inside `output_dir` so that
+    every move is a same-filesystem rename.
     """
     output_dir.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".kvsim-report-", dir=output_dir))
@@ -554,38 +577,47 @@ def _publish(output_dir: Path, pngs: Mapping[str, bytes], markdown: str, page: s
         figures_dir.mkdir(exist_ok=True)
         for key in pngs:
             os.replace(staging / FIGURE_FILES[key], figures_dir / FIGURE_FILES[key])
+        os.replace(staging / "report.md", output_dir / "report.md")
+        os.replace(staging / "report.html", output_dir / "report.html")
         for key, name in FIGURE_FILES.items():
             if key not in pngs:
                 (figures_dir / name).unlink(missing_ok=True)
-        os.replace(staging / "report.md", output_dir / "report.md")
-        os.replace(staging / "report.html", output_dir / "report.html")
     finally:
         shutil.rmtree(staging, ignore_errors=True)
 
 
 def default_output_dir(results_dirs: Sequence[Path]) -> Path:
-    """Where the report goes by default: the folders' common parent (the folder itself for one run)."""
+    """Where the report goes by default: the arguments' common parent (a single argument: itself).
+
+    Taken from the arguments, not the run folders they expand to, so that the report on a sweep lands
+    in the sweep folder (not in its cells/) and the one on a compare folder in that folder.
+    """
     return Path(os.path.commonpath([str(Path(p).resolve()) for p in results_dirs]))
 
 
 def report(results_dirs: list[Path], output_dir: Path | None = None) -> Path:
     """Validate the results folders and write report.html, report.md and figures/*.png.
 
-    A folder that holds run folders (such as `kvsim compare`'s output) stands for them. Returns the
-    path of report.html. Raises ResultsError (one line) for a missing or incomplete folder, before
-    anything is written.
+    A folder that holds run folders (such as `kvsim compare`'s output) stands for them, a sweep
+    folder for its finished cells. Returns the path of report.html. Raises ResultsError (one line) for
+    a missing or incomplete folder, and OutputPathError for an output folder that cannot be written,
+    both before anything is rendered or written.
     """
     if not results_dirs:
         raise ResultsError("no results folders given")
     run_dirs = expand_results_dirs(results_dirs)
     runs = [load_results(path) for path in run_dirs]
     labels = run_labels(runs)
-    output_dir = Path(output_dir) if output_dir is not None else default_output_dir(run_dirs)
+    output_dir = Path(output_dir) if output_dir is not None else default_output_dir(results_dirs)
+    output_dir = check_output_dir(output_dir, what="report folder")
     statements = diagnosis.diagnose(dict(zip(labels, runs, strict=True)))
     pngs = render_figures(labels, runs)
     page = render_html(labels, runs, statements, pngs)
     markdown = render_markdown(labels, runs, statements, {key: FIGURE_FILES[key] for key in pngs})
-    _publish(output_dir, pngs, markdown, page)
+    try:
+        _publish(output_dir, pngs, markdown, page)
+    except OSError as exc:  # checked above, so only a late failure: a full disk, a folder removed
+        raise write_error("report folder", output_dir, exc) from None
     return output_dir / "report.html"
 
 

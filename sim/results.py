@@ -95,11 +95,22 @@ def _is_replaceable(folder: Path) -> bool:
     return not entries or SUMMARY_FILE in entries
 
 
-def write_run(run: Run, directory: str | Path) -> Path:
-    """Write `run` to `directory` atomically: build a temporary sibling, then rename it into place."""
+def check_output_dir(directory: str | Path) -> Path:
+    """`directory` as a Path if `write_run` may write there, else ResultsError (one line).
+
+    Why public: the CLI calls it before simulating, so a run that could never be saved fails in a
+    second instead of after minutes of simulation; `write_run` applies the same rule again, because
+    the folder may have changed meanwhile.
+    """
     target = Path(directory)
     if target.exists() and not _is_replaceable(target):
         raise ResultsError(f"{target}: exists and is not a kvsim results folder; choose another --output")
+    return target
+
+
+def write_run(run: Run, directory: str | Path) -> Path:
+    """Write `run` to `directory` atomically: build a temporary sibling, then rename it into place."""
+    target = check_output_dir(directory)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.parent / f".{target.name}.tmp-{uuid.uuid4().hex[:8]}"
     tmp.mkdir()

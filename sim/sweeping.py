@@ -28,12 +28,14 @@ import pandas as pd
 
 from sim.errors import ResultsError
 from sim.executors import CellExecutor, check_backend_args, make_executor
+from sim.output_paths import check_output_dir
 from sim.sweep_spec import Cell, SweepSpec, SweepSpecError, one_line, parse_spec
 
 PARTIAL_DIR = ".partial"
 LOCK_FILE = ".lock"
 SUMMARY_FILE = "summary.json"
 SWEEP_TABLE = "sweep.parquet"
+CELLS_DIR = "cells"
 ROW_LEAD_COLUMNS: tuple[str, ...] = ("cell_id", "status", "error", "cell_wall_s")
 
 
@@ -317,22 +319,52 @@ def run_sweep(
     progress: bool = True,
     executor: CellExecutor | None = None,
 ) -> tuple[pd.DataFrame, SweepReport]:
-    """`sweep` plus a report of what ran, skipped and failed (the CLI prints it)."""
+    """`sweep` plus a report of what ran, skipped and failed (the CLI prints it).
+
+    Everything that can be refused is refused before the sweep folder is touched: the spec, the
+    backend flags, an output folder that cannot be created or written, and a Dask scheduler that
+    does not answer (connected here, before the folder and its .lock exist). A failed start thus
+    leaves no empty sweep folder behind.
+    """
     check_backend_args(jobs=jobs, scheduler=scheduler, dask_local=dask_local)
     spec = spec_or_path if isinstance(spec_or_path, SweepSpec) else parse_spec(spec_or_path)
     sweep_dir = Path(output_dir) if output_dir is not None else Path("results") / spec.name
-    sweep_dir = sweep_dir.resolve()
-    cells_dir = sweep_dir / "cells"
-    with _sweep_lock(sweep_dir):
-        todo = _prepare_cells_dir(spec, cells_dir)
-        report = SweepReport(sweep_dir=sweep_dir, total=len(spec.cells), skipped=len(spec.cells) - len(todo))
-        if todo:
-            _run_cells(spec, todo, cells_dir, report, jobs, scheduler, dask_local, progress, executor)
-        with suppress(OSError):  # tidy: an empty .partial/ is left only while cells are running
-            (cells_dir / PARTIAL_DIR).rmdir()
-        table = gather(spec, cells_dir, report.failed)
-        write_table_atomic(table, sweep_dir / SWEEP_TABLE)
+    sweep_dir = check_output_dir(sweep_dir, what="sweep folder").resolve()
+    cells_dir = sweep_dir / CELLS_DIR
+    # Cells without a summary yet (read-only look; the locked clean-up below decides for real): with
+    # none, a resume starts no workers at all.
+    pending = [c for c in spec.cells if not (cells_dir / c.cell_id / SUMMARY_FILE).is_file()]
+    own_executor = executor is None and bool(pending)
+    if own_executor:
+        executor = _make_sweep_executor(len(pending), jobs, scheduler, dask_local)
+    try:
+        with _sweep_lock(sweep_dir):
+            todo = _prepare_cells_dir(spec, cells_dir)
+            report = SweepReport(
+                sweep_dir=sweep_dir, total=len(spec.cells), skipped=len(spec.cells) - len(todo)
+            )
+            if todo:
+                if executor is None:  # a cell vanished since the look above (deleted by hand)
+                    own_executor = True
+                    executor = _make_sweep_executor(len(todo), jobs, scheduler, dask_local)
+                _run_cells(spec, todo, cells_dir, report, progress, executor)
+            with suppress(OSError):  # tidy: an empty .partial/ is left only while cells are running
+                (cells_dir / PARTIAL_DIR).rmdir()
+            table = gather(spec, cells_dir, report.failed)
+            write_table_atomic(table, sweep_dir / SWEEP_TABLE)
+    finally:
+        if own_executor and executor is not None:
+            executor.close()
     return table, report
+
+
+def _make_sweep_executor(
+    num_cells: int, jobs: int | None, scheduler: str | None, dask_local: int | None
+) -> CellExecutor:
+    """The backend for `num_cells` cells; local processes are capped at the number of cells."""
+    if scheduler is None and dask_local is None:  # no idle worker processes for a short resume
+        jobs = min(jobs if jobs is not None else os.cpu_count() or 1, num_cells)
+    return make_executor(jobs=jobs, scheduler=scheduler, dask_local=dask_local)
 
 
 def _run_cells(
@@ -340,17 +372,10 @@ def _run_cells(
     todo: list[Cell],
     cells_dir: Path,
     report: SweepReport,
-    jobs: int | None,
-    scheduler: str | None,
-    dask_local: int | None,
     progress: bool,
-    executor: CellExecutor | None,
+    executor: CellExecutor,
 ) -> None:
-    own_executor = executor is None
-    if executor is None:
-        if scheduler is None and dask_local is None:  # no idle worker processes for a short resume
-            jobs = min(jobs if jobs is not None else os.cpu_count() or 1, len(todo))
-        executor = make_executor(jobs=jobs, scheduler=scheduler, dask_local=dask_local)
+    """Run `todo` on `executor` (the caller owns and closes it), committing each finished cell."""
     write_in_worker = not getattr(executor, "remote", False)
     tasks = [(c.cell_id, CellTask(c.cell_id, c.scenario, str(cells_dir), write_in_worker)) for c in todo]
     bar = _Progress(progress, spec.name, report.total, report.skipped)
@@ -370,8 +395,6 @@ def _run_cells(
             bar.update(advance=1, running=executor.running, failed=len(report.failed))
     finally:
         bar.close(report.failed, spec)
-        if own_executor:
-            executor.close()
 
 
 def sweep(

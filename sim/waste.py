@@ -19,6 +19,7 @@ import numpy as np
 from allocators import SeqSpec, make_allocator
 from allocators.placement import next_pow2
 from sim.errors import ScenarioError
+from workloads.max_tokens import DEFAULT_CLIENT_MAX_TOKENS
 
 DEFAULT_PAGE_BYTES = 2 * 1024 * 1024
 DEFAULT_BYTES_PER_TOKEN_PER_LAYER = 8192  # Llama-2-7B fp16: 32 KV heads x 128 head dim x 2 bytes
@@ -78,20 +79,21 @@ def _measure(
     label: str,
     note: str,
     sequences: list[SequenceLength],
-    max_tokens: int,
+    max_tokens: list[int],
     unit_tokens: int,
     **params: object,
 ) -> WasteRow:
     """Admit every sequence into a fresh allocator with room for all, grow each to its end, measure.
 
+    `max_tokens[i]` is sequence i's client limit (it stops there if its output is longer).
     `unit_tokens` is the allocation grain (block or page): each sequence gets room for its
     power-of-two-rounded worst case plus one grain, so every admission and growth succeeds.
     """
     longest = max(seq.total_tokens for seq in sequences)
     room = next_pow2(max(int(params.get("max_model_len", 1)), longest)) + unit_tokens
     allocator = make_allocator(name, capacity_tokens=room * len(sequences), **params)
-    for seq_id, seq in enumerate(sequences):
-        spec = SeqSpec(seq_id, seq.prompt_tokens, max_tokens, seq.output_tokens)
+    for seq_id, (seq, limit) in enumerate(zip(sequences, max_tokens, strict=True)):
+        spec = SeqSpec(seq_id, seq.prompt_tokens, limit, seq.output_tokens)
         if not allocator.admit(spec):  # pragma: no cover - capacity is sized for every sequence
             raise RuntimeError(f"{name}: could not admit sequence {seq_id}")
         generated = spec.final_tokens - seq.prompt_tokens
@@ -102,6 +104,19 @@ def _measure(
     reserved = parts.capacity - parts.free - parts.external
     waste = 0.0 if reserved == 0 else 100.0 * (1.0 - used / reserved)
     return WasteRow(label, used, reserved, waste, note)
+
+
+def request_limits(
+    sequences: list[SequenceLength], max_model_len: int, max_tokens: int | None
+) -> tuple[int, list[int]]:
+    """(the client limit, each sequence's limit) for the request_limit:limit row.
+
+    Without `max_tokens` the limit is the client default (2048, workloads' default max_tokens policy):
+    a request_limit allocator is only as good as the limits clients send, so the row must always be
+    there. Each limit is clipped to max_model_len - prompt, as workloads clip max_tokens.
+    """
+    limit = max_tokens if max_tokens is not None else DEFAULT_CLIENT_MAX_TOKENS
+    return limit, [max(1, min(limit, max_model_len - seq.prompt_tokens)) for seq in sequences]
 
 
 def static_waste(
@@ -116,9 +131,11 @@ def static_waste(
 ) -> list[WasteRow]:
     """Used vs reserved slots per allocator family for sequences that run to their final length.
 
-    Rows: contiguous (slab = max_model_len), request_limit:limit (only with `max_tokens`: slab =
-    prompt + max_tokens), request_limit:oracle and :pow2 (the vLLM paper's Orca baselines),
-    paged (`block_size`), virtual (pages of `page_bytes`).
+    Rows: contiguous (slab = max_model_len), request_limit:limit (slab = prompt + max_tokens, the
+    client default 2048 when `max_tokens` is None; see `request_limits`), request_limit:oracle and
+    :pow2 (the vLLM paper's Orca baselines), paged (`block_size`), virtual (pages of `page_bytes`).
+    Only an explicit `max_tokens` stops sequences early in every row; the default limit stops them
+    only in the request_limit:limit row, where that is what a client's default would do.
     """
     if isinstance(max_model_len, bool) or not isinstance(max_model_len, int) or max_model_len < 1:
         raise ScenarioError(f"max_model_len must be an integer >= 1, got {max_model_len!r}")
@@ -130,7 +147,10 @@ def static_waste(
                 f"lengths: sequence {index} has {seq.total_tokens} tokens, "
                 f"more than max_model_len ({max_model_len})"
             )
-    limit = max_tokens if max_tokens is not None else max_model_len
+    limits = [max_tokens if max_tokens is not None else max_model_len] * len(sequences)
+    client_limit, client_limits = request_limits(sequences, max_model_len, max_tokens)
+    source = "--max-tokens" if max_tokens is not None else "default client limit"
+    clipped = " (at most max_model_len - prompt)" if client_limits != [client_limit] * len(sequences) else ""
     tokens_per_page = max(1, page_bytes // max(1, bytes_per_token_per_layer))
     rows = [
         _measure(
@@ -138,22 +158,25 @@ def static_waste(
             "contiguous",
             f"slab = max_model_len ({max_model_len}), {placement}",
             sequences,
-            limit,
+            limits,
             1,
             max_model_len=max_model_len,
             placement=placement,
         )
     ]
-    variants = [("limit", f"slab = prompt + max_tokens ({max_tokens})")] if max_tokens is not None else []
-    variants += [("oracle", "slab = prompt + true output"), ("pow2", "slab = prompt + pow2(true output)")]
-    for reservation, note in variants:
+    variants = [
+        ("limit", f"slab = prompt + max_tokens ({source} {client_limit}){clipped}", client_limits),
+        ("oracle", "slab = prompt + true output", limits),
+        ("pow2", "slab = prompt + pow2(true output)", limits),
+    ]
+    for reservation, note, seq_limits in variants:
         rows.append(
             _measure(
                 "request_limit",
                 f"request_limit:{reservation}",
                 f"{note}, {placement}",
                 sequences,
-                limit,
+                seq_limits,
                 1,
                 max_model_len=max_model_len,
                 placement=placement,
@@ -163,7 +186,13 @@ def static_waste(
     paged_grain = block_size if isinstance(block_size, int) and block_size > 0 else 1
     rows.append(
         _measure(
-            "paged", "paged", f"block_size {block_size}", sequences, limit, paged_grain, block_size=block_size
+            "paged",
+            "paged",
+            f"block_size {block_size}",
+            sequences,
+            limits,
+            paged_grain,
+            block_size=block_size,
         )
     )
     rows.append(
@@ -172,7 +201,7 @@ def static_waste(
             "virtual",
             f"{tokens_per_page} tokens per {page_bytes} B page",
             sequences,
-            limit,
+            limits,
             tokens_per_page,
             max_model_len=max_model_len,
             page_bytes=page_bytes,

@@ -250,3 +250,26 @@ def test_every_allocator_has_a_machine() -> None:
     from allocators import available
 
     assert set(PARAM_STRATEGIES) == set(available())
+
+
+def test_ensure_rows_grows_every_named_array_together_with_its_fill() -> None:
+    """The shared per-sequence array helper (allocators/seq_arrays.py) used by the contiguous family."""
+    from types import SimpleNamespace
+
+    from allocators.seq_arrays import ensure_rows
+
+    owner = SimpleNamespace(live=np.zeros(0, dtype=bool), slot=np.zeros(0, dtype=np.int64))
+    ensure_rows(owner, 20, {"live": False, "slot": -1})
+    assert owner.live.shape == owner.slot.shape and owner.live.shape[0] >= 21
+    assert not owner.live.any() and (owner.slot == -1).all()
+    owner.live[3], owner.slot[3] = True, 7
+    before = owner.slot
+    ensure_rows(owner, 5, {"live": False, "slot": -1})
+    assert owner.slot is before  # big enough: no copy
+    ensure_rows(owner, 100, {"live": False, "slot": -1})
+    assert owner.live[3] and owner.slot[3] == 7 and owner.slot[50] == -1 and owner.live.shape[0] >= 101
+    alloc = make_allocator("contiguous", capacity_tokens=4096, max_model_len=64)
+    assert isinstance(alloc, SlabAllocator)
+    assert alloc.admit(SeqSpec(40, 10, 20, 20))  # a seq id far past the arrays' rows
+    assert all(getattr(alloc, name).shape[0] >= 41 for name in SlabAllocator._ROW_FILLS)
+    assert alloc.live[40] and not alloc.live[:40].any() and alloc.lengths_tokens[40] == 10

@@ -33,7 +33,24 @@ def test_paper_example_per_family() -> None:
     assert rows["request_limit:oracle"].reserved_tokens == 2285
     # pow2 of the outputs (prompt 0 here): 256 + 256 + 128 + 2048 + 64 + 512
     assert rows["request_limit:pow2"].reserved_tokens == 3264
-    assert "request_limit:limit" not in rows
+    # No --max-tokens: the client default 2048 (workloads' default policy), prompt 0 here.
+    limit = rows["request_limit:limit"]
+    assert (limit.used_tokens, limit.reserved_tokens) == (2285, 6 * 2048)
+    assert "default client limit 2048" in limit.note
+
+
+def test_default_limit_is_clipped_to_the_context_and_stops_long_outputs() -> None:
+    rows = {
+        row.allocator: row
+        for row in static_waste([SequenceLength(1500, 100), SequenceLength(10, 3000)], max_model_len=4096)
+    }
+    limit = rows["request_limit:limit"]
+    # 1500 + min(2048, 4096 - 1500) = 3548 and 10 + 2048; the second stops at 2048 generated tokens
+    assert (limit.used_tokens, limit.reserved_tokens) == (1600 + 2058, 3548 + 2058)
+    assert rows["request_limit:oracle"].used_tokens == 1600 + 3010  # other rows run to the end
+    clipped = {row.allocator: row for row in static_waste([SequenceLength(3000, 100)], max_model_len=4096)}
+    assert clipped["request_limit:limit"].reserved_tokens == 4096  # 3000 + (4096 - 3000)
+    assert "at most max_model_len - prompt" in clipped["request_limit:limit"].note
 
 
 def test_max_tokens_adds_the_request_limit_row_and_caps_outputs() -> None:
@@ -53,6 +70,13 @@ def test_cli_prints_the_table(capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 0, err
     assert "2,285" in out and "49,152" in out and "95.35 %" in out
     assert "paged" in out and "virtual" in out
+    assert "request_limit:limit" in out and "12,288" in out and "default client" in out
+
+
+def test_cli_says_which_sequences_the_default_limit_stops(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run_cli(["waste", "--max-model-len", "4096", "10+3000", "100"], capsys)
+    assert code == 0, err
+    assert "1 sequence(s) stop at the default client limit 2048 in the request_limit:limit row" in out
 
 
 def test_cli_json(capsys: pytest.CaptureFixture[str]) -> None:

@@ -81,3 +81,90 @@ def test_bad_input_is_one_line_and_exit_2(args: list[str], needle: str, capsys, 
     assert err.startswith("error: ") and needle in err
     assert len(err.splitlines()) == 1 and "Traceback" not in err
     assert not (tmp_path / "x").exists()
+
+
+def test_output_folder_is_checked_before_simulating(tmp_path: Path, capsys, monkeypatch) -> None:
+    """A foreign --output folder is refused before any simulation runs (run and compare)."""
+    import sim.simulation
+
+    def must_not_run(*args, **kwargs):
+        raise AssertionError("simulated although the output folder is refused")
+
+    monkeypatch.setattr(sim.simulation, "simulate", must_not_run)
+    monkeypatch.setattr(sim.simulation, "compare", must_not_run)
+    foreign = tmp_path / "mine"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("keep me")
+    assert run_cli(["run", "--num-prompts", "10", "--output", str(foreign)]) == 2
+    err = capsys.readouterr().err
+    assert err == f"error: {foreign}: exists and is not a kvsim results folder; choose another --output\n"
+    (foreign / "paged").mkdir()
+    (foreign / "paged" / "notes.txt").write_text("keep me too")
+    args = ["compare", "--num-prompts", "10", "--allocators", "contiguous,paged", "--output", str(foreign)]
+    assert run_cli(args) == 2
+    assert f"error: {foreign / 'paged'}: exists and is not a kvsim results folder" in capsys.readouterr().err
+    assert sorted(p.name for p in foreign.rglob("*")) == ["notes.txt", "notes.txt", "paged"]
+
+
+def test_vllm_workload_flags_and_generic_set_reach_the_scenario(tmp_path: Path) -> None:
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrival_s,prompt_tokens,output_tokens\n0,50,10\n1,oops,10\n2,40,10\n4,30,10\n")
+    out = tmp_path / "r"
+    args = [
+        "run",
+        *("--workload", str(trace), "--format", "csv", "--on-bad-row", "skip", "--time-scale", "0.5"),
+        *("--swap-space", "2", "--name", "flagged", "--quiet", "--output", str(out)),
+        *("--set", "hbm_efficiency=0.7", "--set", "workload.params.max_tokens_policy=exact"),
+        *("--set", "enable_chunked_prefill=true", "--set", "kv_cache_memory=2GiB"),
+    ]
+    assert run_cli(args) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    scenario = summary["scenario"]
+    assert scenario["name"] == "flagged" and scenario["swap_space"] == 2 * 1024**3  # GiB, as vLLM
+    assert scenario["hbm_efficiency"] == 0.7 and scenario["enable_chunked_prefill"] is True
+    assert scenario["kv_cache_memory"] == 2 * 1024**3
+    workload = scenario["workload"]
+    assert (workload["fmt"], workload["on_bad_row"], workload["time_scale"]) == ("csv", "skip", 0.5)
+    assert workload["request_rate"] is None  # a time scale replays the trace's own timestamps
+    assert workload["params"] == {"max_tokens_policy": "exact"}
+    assert summary["metrics"]["num_requests"] == 3  # the bad row was skipped
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("0.7", 0.7),
+        ("3", 3),
+        ("true", True),
+        ("[1, 2]", [1, 2]),
+        ('"x y"', "x y"),
+        ("paged", "paged"),
+        ("12GiB", "12GiB"),
+        ("gamma(cv=3)", "gamma(cv=3)"),
+        ("2024-01-01", "2024-01-01"),
+    ],
+)
+def test_set_values_are_toml_literals_or_text(text: str, value: object) -> None:
+    from sim.commands.run import parse_set_value
+
+    assert parse_set_value(text) == value
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (
+            ["--set", "hbm_efficency=0.7"],
+            "error: unknown scenario field 'hbm_efficency' (valid: name, model,",
+        ),
+        (["--set", "novalue"], "error: --set: expected KEY=VALUE"),
+        (["--seed", "3", "--set", "seed=4"], "error: --set seed: already given by its own flag"),
+        (["--set", "hbm_efficiency=7"], "error: field 'hbm_efficiency': must be <= 1"),
+        (["--on-bad-row", "ignore"], "error: field 'workload.on_bad_row'"),
+    ],
+)
+def test_bad_set_and_flags_are_one_line(args: list[str], expected: str, tmp_path: Path, capsys) -> None:
+    assert run_cli(["run", "--num-prompts", "5", *args, "--output", str(tmp_path / "x")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(expected) and err.count("\n") == 1
+    assert not (tmp_path / "x").exists()

@@ -7,16 +7,19 @@ import pytest
 from _gpu_helpers import contiguous_snapshot, naive_attention, paged_snapshot, write_results_dir
 
 from gpu.errors import GpuError
-from gpu.grid import MAX_POINT_BYTES, grid_points
+from gpu.grid import MAX_POINT_BYTES, GridPoint, grid_points, point_budget
 from gpu.layouts import (
+    DTYPE_BYTES,
     contiguous_layout,
     float32_to_bits,
     layout_from_snapshot,
+    make_layout,
     make_pool,
     paged_sequential_layout,
     paged_shuffled_layout,
 )
 from gpu.reference import bytes_and_flops, decode_attention_reference, gather_reference
+from gpu.replicas import replica_elems
 from gpu.replay import ReplayModel, load_snapshots, reference_replay, snapshot_kv_layout
 
 
@@ -99,7 +102,8 @@ def test_bad_layout_arguments_raise_one_line(kwargs: dict, match: str) -> None:
 
 def test_grid_respects_the_8gb_cap_and_covers_the_issue_grid() -> None:
     points = grid_points()
-    assert all(p.working_set_bytes <= MAX_POINT_BYTES and p.pool_bytes <= MAX_POINT_BYTES for p in points)
+    assert len(points) == 561
+    assert all(p.memory_bytes(MAX_POINT_BYTES) <= MAX_POINT_BYTES for p in points)
     assert {p.block_size for p in points if p.layout != "contiguous"} == {1, 8, 16, 32, 128}
     assert {p.batch for p in points} == {1, 8, 32, 128}
     assert {p.context_tokens for p in points} == {512, 2048, 8192, 32768}
@@ -107,6 +111,43 @@ def test_grid_respects_the_8gb_cap_and_covers_the_issue_grid() -> None:
     # MHA at batch 128 x 32k tokens is 2 x 128 x 32768 x 32 x 128 x 2 B = 68.7 GB: skipped
     assert not [p for p in points if p.heads == "mha" and p.batch == 128 and p.context_tokens == 32768]
     assert [p for p in points if p.heads == "gqa8" and p.batch == 32 and p.context_tokens == 8192]
+    # GQA-8 at 32 x 32k is a 4.3 GB working set: attention fits, the gather (plus 4.3 GB of output) does not
+    big = {p.kernel for p in points if p.heads == "gqa8" and p.batch == 32 and p.context_tokens == 32768}
+    assert big == {"attention"}
+
+
+@pytest.mark.parametrize("cap_bytes", [MAX_POINT_BYTES, 2 * 10**9, 40 * 2**20])
+def test_point_memory_counts_pool_outputs_and_tables_against_the_given_cap(cap_bytes: int) -> None:
+    arena_bytes, reserve_bytes = point_budget(cap_bytes)
+    assert arena_bytes + reserve_bytes <= cap_bytes
+    points = grid_points(
+        batches=(1, 8, 32, 128), contexts_tokens=(64, 512, 8192, 32768), max_point_bytes=cap_bytes
+    )
+    assert points
+    rng = np.random.default_rng(0)
+    for point in points:
+        assert point.memory_bytes(cap_bytes) <= cap_bytes
+        assert point.pool_bytes(cap_bytes) + point.output_bytes <= arena_bytes
+        if point.batch * point.context_tokens > 8192:
+            continue  # building the layout is the slow part; the small points check the closed form
+        layout = make_layout(
+            point.layout, np.full(point.batch, point.context_tokens), kv_heads=point.num_kv_heads,
+            head_dim=point.head_dim, block_size=point.pool_block_size, rng=rng,
+            max_pool_bytes=point.pool_bytes(cap_bytes),
+        )  # fmt: skip
+        pool, out = replica_elems(point.kernel, layout)
+        assert layout.pool_bytes == point.pool_bytes(cap_bytes) == 2 * pool * DTYPE_BYTES
+        assert 2 * out * DTYPE_BYTES == point.output_bytes
+        assert point.metadata_bytes >= layout.block_table.size * 4 + layout.batch * 12
+    # the shuffled pool follows the cap it is given, not the module's 8 GB constant
+    shuffled = GridPoint("attention", "paged_shuffled", 16, 8, 8192, "gqa8", 32, 8, 128)
+    assert shuffled.pool_bytes(MAX_POINT_BYTES) == 4 * shuffled.working_set_bytes
+    assert shuffled.pool_bytes(300 * 2**20) == point_budget(300 * 2**20)[0] < 4 * shuffled.working_set_bytes
+    # a gather needs its working set twice (pool and output): skipped once that passes the arena
+    gather = GridPoint("gather", "contiguous", 0, 8, 8192, "gqa8", 32, 8, 128)
+    assert gather.fits(2 * 2 * gather.working_set_bytes) and not gather.fits(
+        gather.working_set_bytes * 3 // 2
+    )
 
 
 # ---------------------------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +22,7 @@ from sim import diagnosis
 from sim.cli import main
 from sim.errors import ResultsError
 from sim.figures import PART_COLORS, resample_steps
+from sim.output_paths import OutputPathError
 from sim.reporting import FIGURE_FILES, TABLE_COLUMNS, format_value, report
 
 SHAPE_LIMITED = {"token_states": 20.0, "reservation": 10.0, "internal": 45.0, "external": 15.0}
@@ -240,3 +242,93 @@ def test_one_colour_per_part() -> None:
 
     assert tuple(PART_COLORS) == BREAKDOWN_PARTS
     assert len(set(PART_COLORS.values())) == len(BREAKDOWN_PARTS)
+
+
+@pytest.mark.parametrize("where", ["file", "under_file"])
+def test_unwritable_report_folder_is_one_line_exit_2_before_rendering(
+    compare_dir: Path, where: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    blocker = compare_dir.parent / "a-file"
+    blocker.write_text("not a folder")
+    output = blocker if where == "file" else blocker / "report"
+
+    def no_rendering(*args: object, **kwargs: object) -> None:
+        raise AssertionError("figures rendered before the output folder was checked")
+
+    monkeypatch.setattr("sim.reporting.render_figures", no_rendering)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["report", str(compare_dir), "-o", str(output)])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    in_the_way = "" if where == "file" else f"{blocker} "
+    assert err == f"error: report folder {output}: {in_the_way}is a file, not a folder\n"
+    assert blocker.read_text() == "not a folder"
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root may write into any folder")
+def test_read_only_report_folder_is_refused(compare_dir: Path) -> None:
+    locked = compare_dir.parent / "locked"
+    locked.mkdir()
+    locked.chmod(0o555)
+    try:
+        with pytest.raises(OutputPathError, match="no permission to write"):
+            report([compare_dir], output_dir=locked / "report")
+    finally:
+        locked.chmod(0o755)
+
+
+def _rate_sweep_runs(root: Path) -> list[Path]:
+    return [
+        write_fake_run(root / f"{allocator}-{rate}", allocator=allocator, request_rate=rate, num_steps=60)
+        for rate in (1.0, 4.0)
+        for allocator in ("paged", "contiguous")
+    ]
+
+
+def test_publish_moves_figures_then_markdown_then_html_then_drops_stale_figures(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runs = _rate_sweep_runs(tmp_path / "runs")
+    out = tmp_path / "out"
+    report(runs, output_dir=out)
+    stale = out / "figures" / FIGURE_FILES["rate_sweep"]
+    assert stale.is_file()
+    moves: list[tuple[str, bool]] = []  # (target name, stale figure still there at that moment)
+    real_replace = os.replace
+
+    def recording_replace(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> None:
+        moves.append((Path(dst).name, stale.exists()))
+        real_replace(src, dst)
+
+    monkeypatch.setattr("sim.reporting.os.replace", recording_replace)
+    report(runs[:2], output_dir=out)  # one rate: no figure 5 any more
+    names = [name for name, _ in moves]
+    assert names[-2:] == ["report.md", "report.html"]
+    assert sorted(names[:-2]) == sorted(CORE_FIGURES)
+    assert all(stale_there for _, stale_there in moves)  # removed only after report.html is in place
+    assert not stale.exists()
+
+
+def test_crash_while_publishing_keeps_the_previous_report_readable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runs = _rate_sweep_runs(tmp_path / "runs")
+    out = tmp_path / "out"
+    report(runs, output_dir=out)
+    before = {name: (out / name).read_bytes() for name in ("report.md", "report.html")}
+    real_replace = os.replace
+
+    def failing_replace(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> None:
+        if Path(dst).name == "report.md":
+            raise OSError(28, "No space left on device")
+        real_replace(src, dst)
+
+    monkeypatch.setattr("sim.reporting.os.replace", failing_replace)
+    with pytest.raises(
+        OutputPathError, match=r"report folder .*out: cannot write \(No space left on device\)"
+    ):
+        report(runs[:2], output_dir=out)
+    assert {name: (out / name).read_bytes() for name in before} == before
+    # the old report.md links figure 5: it must still be there; no staging folder is left behind
+    assert (out / "figures" / FIGURE_FILES["rate_sweep"]).is_file()
+    assert [p.name for p in out.iterdir() if p.name.startswith(".")] == []

@@ -134,3 +134,21 @@ def test_subprocess_entry_point(tmp_path: Path) -> None:
     )
     assert result.returncode == 2
     assert result.stderr == f"error: {path}: empty file\n"
+
+
+def test_unwritable_plot_path_fails_before_any_output(tmp_path: Path, capsys) -> None:
+    """--plot into a missing or read-only folder: one error line, no summary printed first."""
+    missing = tmp_path / "nope" / "w.png"
+    code, out, err = run_cli(
+        ["workload", "describe", "alpaca", "--num-prompts", "20", "--plot", str(missing)], capsys
+    )
+    assert code == 2 and out == ""
+    assert err == f"error: {missing}: folder {missing.parent} does not exist\n"
+    folder = tmp_path / "w.png"
+    folder.mkdir()
+    code, out, err = run_cli(
+        ["workload", "describe", "alpaca", "--num-prompts", "20", "--plot", str(folder)], capsys
+    )
+    assert code == 2 and out == "" and "is a folder" in err
+    code, out, err = run_cli(["workload", "describe", "alpaca", "--plot", str(tmp_path / "w.xyz")], capsys)
+    assert code == 2 and out == "" and "unsupported image type 'xyz'" in err

@@ -298,12 +298,32 @@ def _brute_force_hash_hits(prompt: list[int], hashes: list[list[int]], block: in
     return out
 
 
-@given(st.lists(st.lists(st.integers(0, 6), min_size=1, max_size=5), min_size=1, max_size=12))
+@given(st.lists(st.lists(st.integers(0, 6), min_size=0, max_size=5), min_size=1, max_size=12))
 def test_hash_hit_tokens_match_a_brute_force_prefix_cache(hashes: list[list[int]]) -> None:
     block = 4
-    prompt = [len(h) * block - 1 for h in hashes]  # last block partial
+    prompt = [max(len(h) * block - 1, 1) for h in hashes]  # last block partial; [] = no block ids
     got = prefix_hit_tokens_from_hashes(np.array(prompt), np.array(hashes + [None], dtype=object)[:-1], block)
     assert got.tolist() == _brute_force_hash_hits(prompt, hashes, block)
+
+
+def test_hash_hits_survive_rows_without_block_ids() -> None:
+    """Empty hash lists (a hand-built table) hit nothing, even as the last rows (was an IndexError)."""
+    hashes = np.empty(4, dtype=object)
+    hashes[:] = [[1, 2], [1, 3], [], []]
+    got = prefix_hit_tokens_from_hashes(np.array([1000, 1000, 5, 5]), hashes, 512)
+    assert got.tolist() == [0, 512, 0, 0]
+    df = pd.DataFrame(
+        {
+            "request_id": np.arange(4),
+            "arrival_s": np.arange(4.0),
+            "prompt_tokens": [1000, 1000, 5, 5],
+            "output_tokens": 1,
+            "max_tokens": 1,
+            "block_hashes": hashes,
+        }
+    )
+    df.attrs["block_hash_tokens"] = 512
+    assert workloads.describe(df)["prefix_hit_ratio"] == pytest.approx(512 / 2010)
 
 
 def test_group_hits_count_the_prefix_after_the_first_request() -> None:

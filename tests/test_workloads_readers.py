@@ -183,15 +183,34 @@ def test_line_numbers_count_blank_lines(tmp_path: Path) -> None:
 
 def test_missing_column(tmp_path: Path) -> None:
     path = write(tmp_path, "azure.csv", "TIMESTAMP,ContextTokens,Tokens\n2023-11-16 18:15:46.0,1,2\n")
-    # Not recognisable as Azure any more: detection says what it expected.
-    assert "unknown format" in error_of(path)
-    assert (
-        error_of(path, fmt="azure")
-        == f"{path}: field 'GeneratedTokens': missing column (have: TIMESTAMP, ContextTokens, Tokens)"
-    )
+    expected = f"{path}: field 'GeneratedTokens': missing column (have: TIMESTAMP, ContextTokens, Tokens)"
+    # Two of Azure's columns: detection picks Azure, so the message names the missing column.
+    assert error_of(path) == expected
+    assert error_of(path, fmt="azure") == expected
     generic = write(tmp_path, "g.csv", "arrival_s,prompt_tokens,output_tokens\n0,5,5\n")
     frame = workloads.load(generic)
     assert len(frame) == 1
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "expected"),
+    [
+        ("g.csv", "arrival_s,prompt_tokens\n0,5\n", "field 'output_tokens': missing column"),
+        ("g.csv", "output_tokens,max_tokens\n5,9\n", "field 'prompt_tokens': missing column"),
+        ("a.csv", "TIMESTAMP,GeneratedTokens\n2023-11-16 18:15:46.0,2\n", "field 'ContextTokens'"),
+        ("l.csv", "num_prefill_tokens\n5\n", "field 'num_decode_tokens': missing column"),
+        ("g.jsonl", '{"arrival_s": 0, "prompt_tokens": 5}\n', "field 'output_tokens': missing column"),
+        (
+            "m.jsonl",
+            '{"timestamp": 0, "input_length": 5, "output_length": 3}\n',
+            "field 'hash_ids': missing column",
+        ),
+    ],
+)
+def test_partial_header_names_the_missing_column(tmp_path: Path, name: str, text: str, expected: str) -> None:
+    """A header with some of one format's columns is that format with a column missing, not unknown."""
+    path = write(tmp_path, name, text)
+    assert error_of(path).startswith(f"{path}: {expected}")
 
 
 @pytest.mark.parametrize(
@@ -267,6 +286,33 @@ def test_missing_file_and_folder(tmp_path: Path) -> None:
             ],
             "row 2, field 'input_length': must be a positive length (>= 1) (got 0)",
         ),
+        (
+            [mooncake_line(0, 600, 5), '{"timestamp": 3, "input_length": 5, "output_length": 1}'],
+            "row 2, field 'hash_ids': missing value",
+        ),
+        (
+            [
+                mooncake_line(0, 600, 5),
+                '{"timestamp": 3, "input_length": 5, "output_length": 1, "hash_ids": null}',
+            ],
+            "row 2, field 'hash_ids': not a list of integer block ids (None)",
+        ),
+        (
+            [
+                mooncake_line(0, 600, 5),
+                '{"timestamp": 3, "input_length": 1025, "output_length": 1, "hash_ids": [1, 2]}',
+            ],
+            "row 2, field 'hash_ids': 2 block ids cover less than input_length (1025) "
+            "at 512 tokens per block (needs 3)",
+        ),
+        (
+            [
+                mooncake_line(0, 600, 5),
+                '{"timestamp": 3, "input_length": 5, "output_length": 1, "hash_ids": []}',
+            ],
+            "row 2, field 'hash_ids': 0 block ids cover less than input_length (5) "
+            "at 512 tokens per block (needs 1)",
+        ),
     ],
 )
 def test_bad_mooncake_rows(tmp_path: Path, lines: list[str], expected: str) -> None:
@@ -292,6 +338,22 @@ def test_skip_bad_rows_counts_them(tmp_path: Path) -> None:
     df = workloads.load(mc, on_bad_row="skip")
     assert len(df) == 2 and df.attrs["skipped_rows"] == 2
     assert "field 'on_bad_row'" in error_of(mc, on_bad_row="ignore")
+
+
+def test_mooncake_rows_without_hash_ids_are_skipped_and_counted(tmp_path: Path) -> None:
+    """A missing or short hash_ids is a bad row: skipped and counted, and describe() still works."""
+    lines = [
+        mooncake_line(0, 600, 5),
+        '{"timestamp": 1, "input_length": 600, "output_length": 3}',  # no hash_ids
+        '{"timestamp": 2, "input_length": 1100, "output_length": 3, "hash_ids": [0]}',  # needs 3 ids
+        mooncake_line(3, 700, 7),  # same first two blocks as row 1: 700 tokens hit
+    ]
+    path = write(tmp_path, "mc.jsonl", "\n".join(lines) + "\n")
+    df = workloads.load(path, on_bad_row="skip")
+    assert len(df) == 2 and df.attrs["skipped_rows"] == 2
+    assert df["block_hashes"].tolist() == [[0, 1], [0, 1]]
+    summary = workloads.describe(df)
+    assert summary["prefix_hit_ratio"] == pytest.approx(700 / 1300)
 
 
 def test_every_row_bad_is_still_an_error(tmp_path: Path) -> None:

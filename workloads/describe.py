@@ -35,7 +35,8 @@ def prefix_hit_tokens_from_hashes(
 
     A block hits when an earlier request had the same id, and only while every earlier block of the
     same prompt hit too (prefix matching, as in vLLM and Mooncake). The last block holds the rest of
-    the prompt (prompt - (blocks - 1) * block_tokens tokens).
+    the prompt (prompt - (blocks - 1) * block_tokens tokens). A request with no block ids (an empty
+    list, e.g. from a hand-built table) hits nothing; it must not shift its neighbours' blocks.
     """
     counts = np.fromiter((len(h) for h in hashes), dtype=np.int64, count=len(hashes))
     if counts.sum() == 0:
@@ -45,11 +46,14 @@ def prefix_hit_tokens_from_hashes(
     _, first_pos, inverse = np.unique(flat, return_index=True, return_inverse=True)
     first_row = row[first_pos][inverse]
     hit = first_row < row
+    # Each block's position in the flat array of its own row's first block: computed per block (not
+    # per row, which would index past the end for trailing empty rows).
     starts = np.cumsum(counts) - counts
+    block_start = np.repeat(starts, counts)
     misses = np.cumsum(~hit)
-    misses_before_row = np.repeat(misses[starts] - (~hit[starts]), counts)
+    misses_before_row = misses[block_start] - (~hit[block_start])
     prefix_hit = hit & (misses == misses_before_row)  # no miss yet within this prompt
-    index_in_row = np.arange(len(flat)) - np.repeat(starts, counts)
+    index_in_row = np.arange(len(flat)) - block_start
     block_len = np.minimum(block_tokens, np.repeat(prompt_tokens, counts) - index_in_row * block_tokens)
     block_len = np.maximum(block_len, 0)
     return np.bincount(row, weights=np.where(prefix_hit, block_len, 0), minlength=len(hashes)).astype(

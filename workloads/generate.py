@@ -8,6 +8,7 @@ seed reproduces a table exactly.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -75,23 +76,22 @@ def generate(
     if max_model_len is not None:
         max_model_len = positive_int("max_model_len", max_model_len, minimum=2)
 
+    draw = DrawSpec(
+        request_rate,
+        arrival,
+        prompt_len,
+        output_len,
+        lengths,
+        system_prompt_tokens,
+        system_prompt_fraction,
+        system_prompt_groups,
+        turns_per_session,
+        turn_gap_s,
+    )
     arrival_name = parse_spec(arrival, "arrival")[0]
     target = _initial_count(num_prompts, duration_s, request_rate, arrival, arrival_name)
     while True:
-        table, stream, described = _draw(
-            target,
-            rng,
-            request_rate,
-            arrival,
-            prompt_len,
-            output_len,
-            lengths,
-            system_prompt_tokens,
-            system_prompt_fraction,
-            system_prompt_groups,
-            turns_per_session,
-            turn_gap_s,
-        )
+        table, stream, described = _draw(target, rng, draw)
         enough = duration_s is None or arrival_name == "closed" or stream.arrival_s[-1] >= duration_s
         if enough or (num_prompts is not None and target >= num_prompts):
             break
@@ -163,80 +163,68 @@ def _closed_fn(arrival: SpecLike) -> tuple[Any, tuple, dict]:
     return ARRIVALS.get(name), args, kwargs
 
 
+@dataclass(frozen=True)
+class DrawSpec:
+    """What one draw of requests needs besides its size and generator (`generate`'s arguments as given).
+
+    Why a value: a draw may be repeated with a larger count (when a stream ends before duration_s),
+    and the single-turn and session paths take the same ten settings; one frozen value keeps them
+    from drifting apart.
+    """
+
+    request_rate: float | None
+    arrival: SpecLike
+    prompt_len: SpecLike
+    output_len: SpecLike
+    lengths: SpecLike | None
+    system_tokens: int
+    system_fraction: float
+    system_groups: int
+    turns_per_session: float
+    turn_gap_s: float
+
+
 def _draw(
-    count: int,
-    rng: np.random.Generator,
-    request_rate: float | None,
-    arrival: SpecLike,
-    prompt_len: SpecLike,
-    output_len: SpecLike,
-    lengths: SpecLike | None,
-    system_tokens: int,
-    system_fraction: float,
-    system_groups: int,
-    turns_per_session: float,
-    turn_gap_s: float,
+    count: int, rng: np.random.Generator, spec: DrawSpec
 ) -> tuple[dict[str, np.ndarray], ArrivalStream, dict[str, str]]:
     """One draw of `count` requests, sorted by arrival (columns as NumPy arrays)."""
-    if turns_per_session == 1:
-        stream = make_arrivals(arrival, count, rng, request_rate)
-        prompt, output, described = sample_lengths(prompt_len, output_len, lengths, count, rng)
-        group, preamble = assign_system_prompt(count, rng, system_tokens, system_fraction, system_groups)
-        described["arrival"] = stream.description
-        table = {
-            "arrival_s": stream.arrival_s,
-            "prompt_tokens": prompt + preamble,
-            "output_tokens": output,
-            "system_group": group,
-            "system_tokens": preamble,
-        }
-        if system_tokens and system_fraction:
-            table["prefix_group"] = group
-            table["prefix_tokens"] = preamble
-        return table, stream, described
-    return _draw_sessions(
-        count,
-        rng,
-        request_rate,
-        arrival,
-        prompt_len,
-        output_len,
-        lengths,
-        system_tokens,
-        system_fraction,
-        system_groups,
-        turns_per_session,
-        turn_gap_s,
+    if spec.turns_per_session != 1:
+        return _draw_sessions(count, rng, spec)
+    stream = make_arrivals(spec.arrival, count, rng, spec.request_rate)
+    prompt, output, described = sample_lengths(spec.prompt_len, spec.output_len, spec.lengths, count, rng)
+    group, preamble = assign_system_prompt(
+        count, rng, spec.system_tokens, spec.system_fraction, spec.system_groups
     )
+    described["arrival"] = stream.description
+    table = {
+        "arrival_s": stream.arrival_s,
+        "prompt_tokens": prompt + preamble,
+        "output_tokens": output,
+        "system_group": group,
+        "system_tokens": preamble,
+    }
+    if spec.system_tokens and spec.system_fraction:
+        table["prefix_group"] = group
+        table["prefix_tokens"] = preamble
+    return table, stream, described
 
 
 def _draw_sessions(
-    count: int,
-    rng: np.random.Generator,
-    request_rate: float | None,
-    arrival: SpecLike,
-    prompt_len: SpecLike,
-    output_len: SpecLike,
-    lengths: SpecLike | None,
-    system_tokens: int,
-    system_fraction: float,
-    system_groups: int,
-    turns_per_session: float,
-    turn_gap_s: float,
+    count: int, rng: np.random.Generator, spec: DrawSpec
 ) -> tuple[dict[str, np.ndarray], ArrivalStream, dict[str, str]]:
     """Multi-turn sessions: session starts follow `arrival`; turns follow `turn_gap_s` (exponential) gaps.
 
     Rows are built session-major (so histories are cumulative sums), then merged by arrival time;
     cutting the merged stream keeps a prefix of every session's turns.
     """
-    turn_gap_s = positive("turn_gap_s", turn_gap_s, allow_zero=True)
-    num_sessions = int(math.ceil(count / turns_per_session)) + 1
-    turns = rng.geometric(1.0 / turns_per_session, size=num_sessions)
+    turn_gap_s = positive("turn_gap_s", spec.turn_gap_s, allow_zero=True)
+    num_sessions = int(math.ceil(count / spec.turns_per_session)) + 1
+    turns = rng.geometric(1.0 / spec.turns_per_session, size=num_sessions)
     while turns.sum() < count:  # rare: too few turns drawn; add sessions
-        turns = np.concatenate([turns, rng.geometric(1.0 / turns_per_session, size=num_sessions)])
+        turns = np.concatenate([turns, rng.geometric(1.0 / spec.turns_per_session, size=num_sessions)])
     num_sessions = len(turns)
-    session_rate = None if request_rate is None else request_rate / turns_per_session
-    starts = make_arrivals(arrival, num_sessions, rng, session_rate)
+    session_rate = None if spec.request_rate is None else spec.request_rate / spec.turns_per_session
+    starts = make_arrivals(spec.arrival, num_sessions, rng, session_rate)
     total = int(turns.sum())
     session_id = np.repeat(np.arange(num_sessions, dtype=np.int64), turns)
     first_row = np.cumsum(turns) - turns
@@ -247,13 +235,13 @@ def _draw_sessions(
     offsets_s -= np.repeat(offsets_s[first_row], turns)
     arrival_s = starts.arrival_s[session_id] + offsets_s
 
-    new_text, output, described = sample_lengths(prompt_len, output_len, lengths, total, rng)
+    new_text, output, described = sample_lengths(spec.prompt_len, spec.output_len, spec.lengths, total, rng)
     group_per_session, preamble_per_session = assign_system_prompt(
-        num_sessions, rng, system_tokens, system_fraction, system_groups
+        num_sessions, rng, spec.system_tokens, spec.system_fraction, spec.system_groups
     )
     preamble = preamble_per_session[session_id]
     history = session_history(session_id, new_text, output, preamble)
-    num_groups = system_groups if system_tokens and system_fraction else 0
+    num_groups = spec.system_groups if spec.system_tokens and spec.system_fraction else 0
 
     order = np.argsort(arrival_s, kind="stable")
     table = {
@@ -267,12 +255,12 @@ def _draw_sessions(
         "system_group": group_per_session[session_id][order],
         "system_tokens": preamble[order],
     }
-    if "closed_loop" not in starts.attrs and request_rate is not None:
-        table["arrival_s"] = rescale_to_rate(table["arrival_s"][:count], request_rate)
+    if "closed_loop" not in starts.attrs and spec.request_rate is not None:
+        table["arrival_s"] = rescale_to_rate(table["arrival_s"][:count], spec.request_rate)
         table = {k: (v if k == "arrival_s" else v[:count]) for k, v in table.items()}
     described["arrival"] = starts.description
     described["sessions"] = format_spec(
-        "geometric_turns", {"mean": turns_per_session, "turn_gap_s": turn_gap_s}
+        "geometric_turns", {"mean": spec.turns_per_session, "turn_gap_s": turn_gap_s}
     )
     return table, starts if "closed_loop" in starts.attrs else ArrivalStream(table["arrival_s"]), described
 

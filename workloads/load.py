@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import inspect
 import os
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -17,7 +18,7 @@ import pandas as pd
 from workloads.arrivals import ARRIVALS, make_arrivals
 from workloads.errors import WorkloadError, param_error
 from workloads.generate import as_generator, generate
-from workloads.max_tokens import apply_policy
+from workloads.max_tokens import DEFAULT_CLIENT_MAX_TOKENS, apply_policy
 from workloads.presets import PRESETS
 from workloads.readers import read_trace
 from workloads.schema import finalize, validate
@@ -30,7 +31,7 @@ GENERATE_PARAMS = tuple(
     if p not in {"num_prompts", "seed", "duration_s", "max_model_len", "clip"}
 )
 TRACE_PARAMS = ("max_tokens_policy", "arrival")
-DEFAULT_MAX_TOKENS_POLICY = "fixed(2048)"
+DEFAULT_MAX_TOKENS_POLICY = f"fixed({DEFAULT_CLIENT_MAX_TOKENS})"
 
 
 def load(
@@ -62,33 +63,21 @@ def load(
     if max_model_len is not None:
         max_model_len = positive_int("max_model_len", max_model_len, minimum=2)
     time_scale = positive("time_scale", time_scale)
+    opts = LoadOptions(seed, num_prompts, duration_s, request_rate, time_scale, max_model_len)
     if isinstance(source, pd.DataFrame):
         if params:
             raise param_error(next(iter(params)), "not a parameter of a DataFrame source (it is used as is)")
-        df = _from_frame(source, num_prompts, duration_s, time_scale, request_rate)
+        df = _from_frame(source, opts)
         label = df.attrs.get("source", "<DataFrame>")
         clip = False if clip is None else clip
     elif isinstance(source, str) and source in PRESETS:
         if fmt is not None:
             raise param_error("format", f"is for trace files; {source!r} is a preset")
-        df = _from_preset(
-            source, seed, num_prompts, duration_s, request_rate, time_scale, max_model_len, clip, params
-        )
+        df = _from_preset(source, opts, clip, params)
         label = source
         clip = None  # generate() already clipped
     elif isinstance(source, str | os.PathLike) and (os.path.exists(source) or _looks_like_path(str(source))):
-        df = _from_file(
-            source,
-            seed,
-            num_prompts,
-            duration_s,
-            request_rate,
-            time_scale,
-            max_model_len,
-            fmt,
-            on_bad_row,
-            params,
-        )
+        df = _from_file(source, opts, fmt, on_bad_row, params)
         label = str(source)
         clip = False if clip is None else clip
     else:
@@ -112,31 +101,35 @@ def _looks_like_path(source: str) -> bool:
     return os.sep in source or "." in os.path.basename(source)
 
 
-def _from_frame(
-    frame: pd.DataFrame,
-    num_prompts: int | None,
-    duration_s: float | None,
-    time_scale: float,
-    rate: float | None,
-) -> pd.DataFrame:
+@dataclass(frozen=True)
+class LoadOptions:
+    """`load()`'s source-independent options, checked once and handed to each source's reader as one value.
+
+    Why: every source (DataFrame, preset, trace file) applies the same size, timing and length
+    options; passing them as one value keeps the three paths' signatures short and identical.
+    """
+
+    seed: int | np.random.Generator
+    num_prompts: int | None
+    duration_s: float | None
+    request_rate: float | None
+    time_scale: float
+    max_model_len: int | None
+
+
+def _from_frame(frame: pd.DataFrame, opts: LoadOptions) -> pd.DataFrame:
     validate(frame)
     df = retime(
-        frame, num_prompts=num_prompts, duration_s=duration_s, time_scale=time_scale, request_rate=rate
+        frame,
+        num_prompts=opts.num_prompts,
+        duration_s=opts.duration_s,
+        time_scale=opts.time_scale,
+        request_rate=opts.request_rate,
     )
     return finalize(df)
 
 
-def _from_preset(
-    name: str,
-    seed: int | np.random.Generator,
-    num_prompts: int | None,
-    duration_s: float | None,
-    request_rate: float | None,
-    time_scale: float,
-    max_model_len: int | None,
-    clip: bool | None,
-    params: dict[str, Any],
-) -> pd.DataFrame:
+def _from_preset(name: str, opts: LoadOptions, clip: bool | None, params: dict[str, Any]) -> pd.DataFrame:
     unknown = [k for k in params if k not in GENERATE_PARAMS]
     if unknown:
         raise param_error(
@@ -145,37 +138,28 @@ def _from_preset(
     merged = {**PRESETS.get(name).params, **params}
     if "arrival" in params and "request_rate" not in params and _spec_has_rate(params["arrival"]):
         merged["request_rate"] = None  # the caller's own arrival rate beats the preset's default rate
-    if request_rate is not None:
-        if time_scale != 1.0:
+    if opts.request_rate is not None:
+        if opts.time_scale != 1.0:
             raise param_error("time_scale", "give either time_scale or request_rate, not both")
-        merged["request_rate"] = request_rate
+        merged["request_rate"] = opts.request_rate
     # time_scale stretches the generated clock: draw up to duration_s / time_scale, then scale.
     df = generate(
-        num_prompts,
-        seed=seed,
-        duration_s=None if duration_s is None else duration_s / time_scale,
-        max_model_len=max_model_len,
+        opts.num_prompts,
+        seed=opts.seed,
+        duration_s=None if opts.duration_s is None else opts.duration_s / opts.time_scale,
+        max_model_len=opts.max_model_len,
         clip=True if clip is None else clip,
         **merged,
     )
-    if time_scale != 1.0:
+    if opts.time_scale != 1.0:
         attrs = dict(df.attrs)
-        df = df.assign(arrival_s=df["arrival_s"].to_numpy() * time_scale)
+        df = df.assign(arrival_s=df["arrival_s"].to_numpy() * opts.time_scale)
         df.attrs.update(attrs)
     return df
 
 
 def _from_file(
-    path: str | os.PathLike[str],
-    seed: int | np.random.Generator,
-    num_prompts: int | None,
-    duration_s: float | None,
-    request_rate: float | None,
-    time_scale: float,
-    max_model_len: int | None,
-    fmt: str | None,
-    on_bad_row: str,
-    params: dict[str, Any],
+    path: str | os.PathLike[str], opts: LoadOptions, fmt: str | None, on_bad_row: str, params: dict[str, Any]
 ) -> pd.DataFrame:
     unknown = [k for k in params if k not in TRACE_PARAMS]
     if unknown:
@@ -185,12 +169,13 @@ def _from_file(
     trace = read_trace(path, fmt=fmt, on_bad_row=on_bad_row)
     df = trace.table
     df.attrs.update(trace.attrs)
+    num_prompts, request_rate = opts.num_prompts, opts.request_rate
     if "arrival_s" not in df.columns:  # length-only file: draw arrivals
         if num_prompts is not None:
             df = df.iloc[: positive_int("num_prompts", num_prompts)].reset_index(drop=True)
             df.attrs.update(trace.attrs)
             num_prompts = None
-        rng = as_generator(seed)
+        rng = as_generator(opts.seed)
         stream = make_arrivals(params.get("arrival", "poisson"), len(df), rng, request_rate)
         df = df.assign(arrival_s=stream.arrival_s)
         df.attrs.update(stream.attrs)
@@ -200,7 +185,11 @@ def _from_file(
             "arrival", f"{trace.file} has its own timestamps; 'arrival' is for length-only files"
         )
     df = retime(
-        df, num_prompts=num_prompts, duration_s=duration_s, time_scale=time_scale, request_rate=request_rate
+        df,
+        num_prompts=num_prompts,
+        duration_s=opts.duration_s,
+        time_scale=opts.time_scale,
+        request_rate=request_rate,
     )
     policy = params.get("max_tokens_policy")
     if policy is not None or "max_tokens" not in df.columns:
@@ -208,7 +197,7 @@ def _from_file(
             policy or DEFAULT_MAX_TOKENS_POLICY,
             df["prompt_tokens"].to_numpy(dtype=np.int64),
             df["output_tokens"].to_numpy(dtype=np.int64),
-            max_model_len,
+            opts.max_model_len,
         )
     return finalize(df)
 

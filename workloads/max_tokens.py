@@ -17,11 +17,16 @@ from workloads.registry import Registry
 from workloads.spec import SpecLike, bind, format_spec, parse_spec, positive, positive_int
 
 MAX_TOKENS_POLICIES: Registry[Any] = Registry("max_tokens policy")
+# The limit most clients send when the user sets none (OpenAI-style SDK defaults); the default policy.
+DEFAULT_CLIENT_MAX_TOKENS = 2048
 
 
 @MAX_TOKENS_POLICIES.register("fixed")
 def fixed(
-    prompt_tokens: np.ndarray, output_tokens: np.ndarray, max_model_len: int | None, tokens: int = 2048
+    prompt_tokens: np.ndarray,
+    output_tokens: np.ndarray,
+    max_model_len: int | None,
+    tokens: int = DEFAULT_CLIENT_MAX_TOKENS,
 ) -> np.ndarray:
     """Every client asks for the same limit (e.g. an SDK default of 2048)."""
     return np.full(len(prompt_tokens), positive_int("tokens", tokens), dtype=np.int64)

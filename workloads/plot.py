@@ -16,8 +16,14 @@ import pandas as pd
 from workloads.errors import WorkloadError
 
 
-def plot(df: pd.DataFrame, path: str | os.PathLike[str], *, title: str | None = None) -> str:
-    """Draw the figure to `path` (format from its suffix, e.g. .png or .svg); return the path."""
+def check_plot_path(path: str | os.PathLike[str]) -> str:
+    """The figure's image type (from the suffix), or a WorkloadError if `path` cannot take the figure.
+
+    Why a separate check: the CLI calls it before loading and summarising a workload, so a bad --plot
+    path fails at once instead of after the whole summary was printed. Writability is tested by
+    creating (and removing) a temporary file in the folder, the only test that also holds for root
+    and for read-only mounts.
+    """
     import matplotlib
 
     matplotlib.use("Agg", force=False)
@@ -25,10 +31,30 @@ def plot(df: pd.DataFrame, path: str | os.PathLike[str], *, title: str | None = 
 
     target = os.fspath(path)
     suffix = os.path.splitext(target)[1].lstrip(".").lower() or "png"
-    if suffix not in plt.gcf().canvas.get_supported_filetypes():
-        plt.close("all")
-        raise WorkloadError(f"unsupported image type {suffix!r} (use .png, .svg or .pdf)", field="plot")
+    supported = plt.gcf().canvas.get_supported_filetypes()
     plt.close("all")
+    if suffix not in supported:
+        raise WorkloadError(f"unsupported image type {suffix!r} (use .png, .svg or .pdf)", field="plot")
+    if os.path.isdir(target):
+        raise WorkloadError("is a folder; give a file name such as workload.png", file=target)
+    directory = os.path.dirname(os.path.abspath(target))
+    if not os.path.isdir(directory):
+        raise WorkloadError(f"folder {directory} does not exist", file=target)
+    try:
+        handle, probe = tempfile.mkstemp(prefix=".plot-probe-", dir=directory)
+    except OSError as exc:
+        raise WorkloadError(f"cannot write the figure ({exc.strerror})", file=target) from None
+    os.close(handle)
+    os.unlink(probe)
+    return suffix
+
+
+def plot(df: pd.DataFrame, path: str | os.PathLike[str], *, title: str | None = None) -> str:
+    """Draw the figure to `path` (format from its suffix, e.g. .png or .svg); return the path."""
+    suffix = check_plot_path(path)
+    target = os.fspath(path)
+    import matplotlib.pyplot as plt
+
     fig, axes = plt.subplots(1, 3, figsize=(15, 4), constrained_layout=True)
     for ax, column in zip(axes[:2], ("prompt_tokens", "output_tokens"), strict=True):
         values = df[column].to_numpy()

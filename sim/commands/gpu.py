@@ -104,16 +104,10 @@ def register(app: typer.Typer) -> None:
         from gpu.replay import ReplayModel, load_snapshots, replay, replay_table, rows_to_csv
 
         load_snapshots(results_dir)  # validate the folder first: a bad folder is reported on any machine
-        shape = {**ReplayModel().__dict__, **_model_from_results(results_dir)}
-        flags = dict(
-            num_q_heads=num_q_heads,
-            num_kv_heads=num_kv_heads,
-            head_dim=head_dim,
-            num_layers=num_layers,
-            dtype=dtype,
-        )
-        shape.update({k: v for k, v in flags.items() if v is not None})
-        model = ReplayModel(**shape)
+        model = ReplayModel.resolve(
+            _model_from_results(results_dir), num_q_heads=num_q_heads, num_kv_heads=num_kv_heads,
+            head_dim=head_dim, num_layers=num_layers, dtype=dtype,
+        )  # fmt: skip
         from gpu.backend import require_cupy
 
         require_cupy()

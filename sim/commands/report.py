@@ -20,7 +20,10 @@ def register(app: typer.Typer) -> None:
         results_dirs: Annotated[
             list[Path],
             typer.Argument(
-                help="Results folders (`kvsim run`), or a folder holding several (`kvsim compare`).",
+                help=(
+                    "Results folders (`kvsim run`), a folder holding several (`kvsim compare`), "
+                    "or a sweep folder (`kvsim sweep`)."
+                ),
                 show_default=False,
             ),
         ],

@@ -67,13 +67,86 @@ def summary_cell(metrics: dict[str, Any], key: str, spec: str) -> str:
 
 
 def build_scenario(config: Path | None, overrides: dict[str, Any]) -> Any:
-    """The scenario from --config (or the embedded default) with the given flags on top."""
-    from sim.config import Scenario, default_scenario
+    """The scenario from --config (or the embedded default) with the given flags on top.
+
+    Overrides go through `with_overrides` in both cases, so a dotted key into a preset
+    (`model.num_layers`) works the same with and without a config file.
+    """
+    from sim.config import default_scenario
 
     given = {key: value for key, value in overrides.items() if value is not None}
-    if config is not None:
-        return Scenario.from_toml(config, **given)
-    return default_scenario().with_overrides(**given)
+    base = _load_config(config) if config is not None else default_scenario()
+    scenario = base.with_overrides(**given)
+    if "workload.time_scale" in given and "workload.request_rate" not in given:
+        scenario = _keep_trace_rate(scenario)
+    return scenario
+
+
+def _keep_trace_rate(scenario: Any) -> Any:
+    """The scenario with workload.request_rate cleared: a time scale replays the trace's own timestamps.
+
+    Why: `workloads.load` refuses time_scale together with request_rate (ambiguous), and the default
+    scenario has a rate, so `--time-scale 2` alone would always fail. None cannot travel through
+    `with_overrides` (None means "not given" there), hence the explicit rebuild.
+    """
+    from sim.config import Scenario
+
+    data = scenario.model_dump(exclude_unset=True)
+    workload = data.get("workload")
+    data["workload"] = dict(workload) if isinstance(workload, dict) else scenario.workload.model_dump()
+    data["workload"]["request_rate"] = None
+    return Scenario(**data)
+
+
+def _load_config(config: Path) -> Any:
+    from sim.config import Scenario
+
+    return Scenario.from_toml(config)
+
+
+def parse_set_value(text: str) -> Any:
+    """A `--set` value: a TOML literal (0.7, true, [1, 2], "x") when it parses as one, else the text.
+
+    Why TOML: scenario files are TOML, so `--set k=v` means what `k = v` means in a file; bare words
+    (`paged`, `12GiB`, `gamma(cv=3)`) stay strings so nobody has to quote them in a shell. TOML dates
+    are kept as text: no scenario field is a date.
+    """
+    import datetime
+    import tomllib
+
+    try:
+        value = tomllib.loads(f"value = {text}")["value"]
+    except tomllib.TOMLDecodeError:
+        return text
+    if isinstance(value, datetime.date | datetime.time):
+        return text
+    return value
+
+
+def parse_set_pairs(pairs: list[str]) -> dict[str, Any]:
+    """`--set dotted.key=value` pairs as overrides; an unknown key raises ScenarioError listing valid ones."""
+    from sim.config import check_field
+    from sim.errors import ScenarioError
+
+    overrides: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, text = pair.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise ScenarioError(f"--set: expected KEY=VALUE, e.g. hbm_efficiency=0.7 (got {pair!r})")
+        check_field(key)
+        overrides[key] = parse_set_value(text.strip())
+    return overrides
+
+
+def merge_overrides(flags: dict[str, Any], sets: dict[str, Any]) -> dict[str, Any]:
+    """Named flags plus `--set` pairs; the same field given both ways is refused (which one would win?)."""
+    from sim.errors import ScenarioError
+
+    both = [key for key in sets if flags.get(key) is not None]
+    if both:
+        raise ScenarioError(f"--set {both[0]}: already given by its own flag; give it once")
+    return {**flags, **sets}
 
 
 def _print_table(title: str, columns: list[str], rows: list[list[str]]) -> None:
@@ -128,6 +201,36 @@ LayoutsOpt = Annotated[
     int | None, typer.Option("--export-layouts", help="Write a layout snapshot every N steps.")
 ]
 QuietOpt = Annotated[bool, typer.Option("--quiet", help="No progress bar.")]
+NameOpt = Annotated[str | None, typer.Option("--name", help="Scenario name (default results folder).")]
+SwapOpt = Annotated[
+    str | None,
+    typer.Option("--swap-space", help="CPU swap space per GPU: GiB as in vLLM (4) or a size (8GiB)."),
+]
+TimeScaleOpt = Annotated[
+    float | None, typer.Option("--time-scale", help="Multiply trace arrival times (2 = half as fast).")
+]
+FormatOpt = Annotated[str | None, typer.Option("--format", help="Trace format; detected by default.")]
+BadRowOpt = Annotated[
+    str | None, typer.Option("--on-bad-row", help="Bad trace rows: error (default) or skip (and count).")
+]
+SetOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--set",
+        help="Any scenario field, dotted: --set hbm_efficiency=0.7 --set workload.params.lengths=... "
+        "(TOML values; repeatable).",
+    ),
+]
+
+
+def _swap_space(text: str | None) -> str | None:
+    """vLLM's --swap-space is in GiB; a plain number here means the same, a unit is taken as given."""
+    if text is None:
+        return None
+    try:
+        return f"{float(text)}GiB"
+    except ValueError:
+        return text
 
 
 def _overrides(**flags: Any) -> dict[str, Any]:
@@ -153,7 +256,18 @@ def _overrides(**flags: Any) -> dict[str, Any]:
         "tensor_parallel_size": flags["tensor_parallel_size"],
         "calibration": flags["calibration"],
         "export_layouts_every": flags["export_layouts"],
+        "name": flags["name"],
+        "swap_space": _swap_space(flags["swap_space"]),
+        "workload.time_scale": flags["time_scale"],
+        "workload.fmt": flags["fmt"],
+        "workload.on_bad_row": flags["on_bad_row"],
     }
+
+
+def scenario_from_flags(flags: dict[str, Any]) -> Any:
+    """The Scenario a command's flags describe (--config, named flags, then --set pairs)."""
+    overrides = merge_overrides(_overrides(**flags), parse_set_pairs(flags["set_pairs"] or []))
+    return build_scenario(flags["config"], overrides)
 
 
 def register(app: typer.Typer) -> None:
@@ -182,17 +296,24 @@ def register(app: typer.Typer) -> None:
         tensor_parallel_size: TpOpt = None,
         calibration: CalibOpt = None,
         export_layouts: LayoutsOpt = None,
+        name: NameOpt = None,
+        swap_space: SwapOpt = None,
+        time_scale: TimeScaleOpt = None,
+        fmt: FormatOpt = None,
+        on_bad_row: BadRowOpt = None,
+        set_pairs: SetOpt = None,
         output: Annotated[Path | None, typer.Option("--output", "-o", help="Results folder.")] = None,
         quiet: QuietOpt = False,
     ) -> None:
         """Simulate one scenario, print its summary and write its results folder."""
-        from sim.results import write_run
+        from sim.results import check_output_dir, write_run
         from sim.simulation import simulate
 
         flags = dict(locals())
-        scenario = build_scenario(config, _overrides(**flags))
+        scenario = scenario_from_flags(flags)
+        target = check_output_dir(output if output is not None else Path("results") / scenario.name)
         run = simulate(scenario, progress=_show_progress(quiet))
-        target = write_run(run, output if output is not None else Path("results") / scenario.name)
+        target = write_run(run, target)
         label = run.allocator
         rows = [[name, summary_cell(run.metrics, key, spec)] for name, key, spec in SUMMARY_ROWS]
         _print_table(f"kvsim run: {scenario.name} ({label}, seed {scenario.seed})", [label], rows)
@@ -224,6 +345,12 @@ def register(app: typer.Typer) -> None:
         tensor_parallel_size: TpOpt = None,
         calibration: CalibOpt = None,
         export_layouts: LayoutsOpt = None,
+        name: NameOpt = None,
+        swap_space: SwapOpt = None,
+        time_scale: TimeScaleOpt = None,
+        fmt: FormatOpt = None,
+        on_bad_row: BadRowOpt = None,
+        set_pairs: SetOpt = None,
         output: Annotated[
             Path, typer.Option("--output", "-o", help="Parent folder: one results folder per allocator.")
         ] = Path("results/compare"),
@@ -231,8 +358,8 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Run the same workload and seed through several allocators and print them side by side."""
         from sim.errors import ScenarioError
-        from sim.results import write_run
-        from sim.simulation import compare, run_label
+        from sim.results import check_output_dir, write_run
+        from sim.simulation import DEFAULT_COMPARE_ALLOCATORS, compare, run_label
 
         flags = dict(locals())
         names = None
@@ -240,7 +367,13 @@ def register(app: typer.Typer) -> None:
             names = [name.strip() for name in allocators.split(",") if name.strip()]
             if not names:
                 raise ScenarioError("--allocators: give at least one allocator, e.g. paged,contiguous")
-        scenario = build_scenario(config, _overrides(**flags))
+        scenario = scenario_from_flags(flags)
+        # Every run folder is checked before the first simulation (each may take minutes).
+        if Path(output).exists() and not Path(output).is_dir():
+            raise ScenarioError(f"{output}: exists and is not a folder; choose another --output")
+        for allocator_name in names or DEFAULT_COMPARE_ALLOCATORS:
+            label = scenario.with_overrides(allocator=allocator_name).allocator.label
+            check_output_dir(Path(output) / run_label(label))
         runs = compare(scenario, names, progress=_show_progress(quiet))
         written = [write_run(run, Path(output) / run_label(label)) for label, run in runs.items()]
         labels = list(runs)

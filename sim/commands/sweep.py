@@ -154,14 +154,14 @@ def register(app: typer.Typer) -> None:
         """Per allocator: max sustainable rate, max concurrency, GPUs needed, max_model_len trade-off."""
         from rich.console import Console
 
-        from sim.capacity_planning import CapacityError, Slo, capacity
+        from sim.capacity_planning import CapacityError, Slo, capacity, check_plan_output
         from sim.config import Scenario, default_scenario
         from sim.units import parse_duration_s
 
         if (rate_min is None) != (rate_max is None):
             raise CapacityError("--rate-min and --rate-max go together: give both or neither")
-        if output is not None and output.suffix.lower() not in (".json", ".csv"):
-            raise CapacityError(f"--output {output}: suffix must be .json or .csv")
+        if output is not None:  # refused now, not after every simulation has run
+            check_plan_output(output)
         slo = Slo(
             ttft_p99_s=None
             if slo_ttft_p99 is None

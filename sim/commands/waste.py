@@ -10,7 +10,13 @@ import json
 
 import typer
 
-from sim.waste import DEFAULT_BYTES_PER_TOKEN_PER_LAYER, DEFAULT_PAGE_BYTES, parse_lengths, static_waste
+from sim.waste import (
+    DEFAULT_BYTES_PER_TOKEN_PER_LAYER,
+    DEFAULT_PAGE_BYTES,
+    parse_lengths,
+    request_limits,
+    static_waste,
+)
 
 
 def register(app: typer.Typer) -> None:
@@ -25,7 +31,8 @@ def register(app: typer.Typer) -> None:
         max_tokens: int | None = typer.Option(
             None,
             "--max-tokens",
-            help="Client output limit: adds the request_limit row (prompt + max_tokens).",
+            help="Client output limit for every row (request_limit:limit reserves prompt + it); "
+            "default: that row uses the client default 2048 and the others run sequences to the end.",
         ),
         block_size: int = typer.Option(16, "--block-size", help="Paged block size in tokens."),
         page_bytes: int = typer.Option(
@@ -72,8 +79,14 @@ def register(app: typer.Typer) -> None:
             )
         console = Console(width=120)
         console.print(table)
-        truncated = sum(1 for seq in sequences if max_tokens is not None and seq.output_tokens > max_tokens)
-        if truncated:
+        client_limit, limits = request_limits(sequences, max_model_len, max_tokens)
+        truncated = sum(1 for seq, limit in zip(sequences, limits, strict=True) if seq.output_tokens > limit)
+        if truncated and max_tokens is not None:
             console.print(
                 f"{truncated} sequence(s) stop at --max-tokens {max_tokens}; used counts what they hold."
+            )
+        elif truncated:
+            console.print(
+                f"{truncated} sequence(s) stop at the default client limit {client_limit} in the "
+                "request_limit:limit row; used counts what they hold."
             )

@@ -122,7 +122,10 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Print count, time span, rate, burstiness, length percentiles and the prefix hit ratio."""
         import workloads
+        from workloads.plot import check_plot_path
 
+        if plot:
+            check_plot_path(plot)  # before any work: never print a summary and then fail on the figure
         df = workloads.load(
             spec_or_file,
             seed=seed,

@@ -55,6 +55,26 @@ UNKNOWN_HELP = (
 )
 
 
+# Column names that only one format uses. A header with some of them but not all is that format with a
+# column missing: reading it then names the missing column, which helps more than "unknown format".
+CSV_COLUMNS: dict[str, frozenset[str]] = {
+    "azure": frozenset(azure.COLUMNS.values()),
+    "csv": frozenset((*generic.REQUIRED, *generic.OPTIONAL)),
+    "sharegpt-lengths": frozenset(generic.LENGTH_COLUMNS.values()),
+}
+JSON_COLUMNS: dict[str, frozenset[str]] = {
+    "mooncake": frozenset(mooncake.COLUMNS.values()),
+    "jsonl": frozenset((*generic.REQUIRED, *generic.OPTIONAL)),
+}
+
+
+def _closest_format(header: list[str], candidates: dict[str, frozenset[str]]) -> str | None:
+    """The format sharing the most column names with `header` (first listed wins a tie), or None."""
+    overlap = {name: len(columns.intersection(header)) for name, columns in candidates.items()}
+    best = max(overlap, key=lambda name: overlap[name])
+    return best if overlap[best] > 0 else None
+
+
 def detect_format(data: bytes, file: str) -> str:
     """The format name for a file's content, or a WorkloadError saying what was expected."""
     if data[:4] == b"PAR1":
@@ -70,6 +90,9 @@ def detect_format(data: bytes, file: str) -> str:
             return "mooncake"
         if generic.sniff_generic(record):
             return "jsonl"
+        partial = _closest_format(list(record), JSON_COLUMNS)
+        if partial is not None:
+            return partial
         raise WorkloadError(f"{UNKNOWN_HELP} (first object's keys: {', '.join(record)})", file=file)
     header = [h.strip() for h in first.split(",")]
     if azure.sniff(header):
@@ -78,6 +101,9 @@ def detect_format(data: bytes, file: str) -> str:
         return "csv"
     if generic.sniff_lengths(header):
         return "sharegpt-lengths"
+    partial = _closest_format(header, CSV_COLUMNS)
+    if partial is not None:
+        return partial
     shown = first if len(first) <= 60 else first[:57] + "..."
     raise WorkloadError(f"{UNKNOWN_HELP} (first line: {shown!r})", file=file)
 

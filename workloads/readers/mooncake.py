@@ -28,7 +28,7 @@ def sniff(first_record: dict) -> bool:
 
 def read(data: bytes, file: str, on_bad_row: str) -> TraceRead:
     records, line_numbers, skipped = jsonl_records(decode(data, file), file, on_bad_row)
-    for key in ("timestamp", "input_length", "output_length"):
+    for key in ("timestamp", "input_length", "output_length", "hash_ids"):
         if not any(key in r for r in records[:1000]):
             raise WorkloadError(f"missing column (have: {', '.join(records[0])})", file=file, field=key)
     checks: list[RowCheck] = []
@@ -44,16 +44,38 @@ def read(data: bytes, file: str, on_bad_row: str) -> TraceRead:
     )
     checks += [time_check, prompt_check, output_check]
     hashes = np.empty(len(records), dtype=object)
-    hashes[:] = [r.get("hash_ids", []) for r in records]
-    not_ints = np.fromiter(
+    # A missing `hash_ids` is a missing field, not "no blocks": an empty list would hide the row's
+    # prefix identity and later break the hit-ratio arithmetic.
+    missing = np.fromiter(("hash_ids" not in r for r in records), dtype=bool, count=len(records))
+    hashes[:] = [r.get("hash_ids") for r in records]
+    not_ints = ~missing & np.fromiter(
         (not isinstance(h, list) or not all(type(x) is int for x in h) for h in hashes),
         dtype=bool,
         count=len(records),
     )
     shown = {int(i): repr(hashes[i])[:40] for i in np.flatnonzero(not_ints)}
+    checks.append(RowCheck("hash_ids", missing, lambda i: "missing value"))
     checks.append(RowCheck("hash_ids", not_ints, lambda i: f"not a list of integer block ids ({shown[i]})"))
-    for i in np.flatnonzero(not_ints):  # (element-wise: a list of lists would broadcast as 2-D)
+    for i in np.flatnonzero(missing | not_ints):  # (element-wise: a list of lists would broadcast as 2-D)
         hashes[i] = []
+    # Every prompt token lies in exactly one block, so len(hash_ids) == ceil(input_length / 512). Too many
+    # ids is a request-table rule (workloads.schema); too few is checked here, because a short list
+    # would silently understate the prefix sharing of a trace.
+    counts = np.fromiter((len(h) for h in hashes), dtype=np.float64, count=len(records))
+    prompt = columns["prompt_tokens"]
+    with np.errstate(invalid="ignore"):
+        expected = np.ceil(prompt / BLOCK_HASH_TOKENS)
+        too_few = ~missing & ~not_ints & np.isfinite(expected) & (counts < expected)
+    checks.append(
+        RowCheck(
+            "hash_ids",
+            too_few,
+            lambda i: (
+                f"{int(counts[i])} block ids cover less than input_length ({prompt[i]:g}) at "
+                f"{BLOCK_HASH_TOKENS} tokens per block (needs {int(expected[i])})"
+            ),
+        )
+    )
     columns["block_hashes"] = hashes
     table = pd.DataFrame(columns)
     attrs = {"format": "mooncake", "block_hash_tokens": BLOCK_HASH_TOKENS}
