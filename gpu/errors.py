@@ -18,3 +18,9 @@ class NoDeviceError(GpuError):
 
 class KernelCheckError(RuntimeError):
     """A kernel disagreed with the float64 reference: a bug in the kernel, never the user's fault."""
+
+
+def check_choice(name: str, value: object, allowed: tuple[str, ...]) -> None:
+    """GpuError "NAME must be one of a, b, got 'x'" unless `value` is allowed: one wording everywhere."""
+    if value not in allowed:
+        raise GpuError(f"{name} must be one of {', '.join(allowed)}, got {value!r}")

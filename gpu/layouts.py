@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from gpu.errors import GpuError
+from gpu.errors import GpuError, check_choice
 
 DTYPES: tuple[str, ...] = ("bf16", "fp16")
 DTYPE_BYTES = 2
@@ -107,8 +107,7 @@ def _check_common(
         raise GpuError(f"kv_heads must be >= 1, got {kv_heads}")
     if head_dim not in (64, 128, 256):
         raise GpuError(f"head_dim must be 64, 128 or 256, got {head_dim}")
-    if dtype not in DTYPES:
-        raise GpuError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+    check_choice("dtype", dtype, DTYPES)
     return lengths
 
 
@@ -171,11 +170,13 @@ def _paged_layout(
     head_dim: int,
     block_size: int,
     dtype: str,
+    seq_ids: np.ndarray | None = None,
+    notes: str = "",
 ) -> KvLayout:
     """The KvLayout of a paged batch whose blocks are `block_ids`, sequence after sequence.
 
-    Why one builder: the idealised paged layouts differ only in which ids they hand out and how large
-    the pool is; everything derived from the ids (table, first slots, sequence ids) must not diverge.
+    Why one builder: the idealised and the snapshot paged layouts differ only in which ids they hold
+    and how large the pool is; everything derived from the ids (table, first slots) must not diverge.
     """
     table = _table_from_ids(block_ids.astype(np.int32), per_seq)
     return KvLayout(
@@ -189,7 +190,8 @@ def _paged_layout(
         lengths_tokens=lengths.astype(np.int32),
         block_table=table,
         start_slots=np.maximum(table[:, 0], 0).astype(np.int64) * block_size,
-        seq_ids=np.arange(lengths.size, dtype=np.int64),
+        seq_ids=np.arange(lengths.size, dtype=np.int64) if seq_ids is None else seq_ids,
+        notes=notes,
     )
 
 
@@ -252,14 +254,13 @@ def make_layout(
     max_pool_bytes: int | None = None,
 ) -> KvLayout:
     """One of LAYOUT_NAMES by name (the calibration grid's switch)."""
+    check_choice("layout", name, LAYOUT_NAMES)
     common = dict(kv_heads=kv_heads, head_dim=head_dim, dtype=dtype, block_size=block_size)
     if name == "contiguous":
         return contiguous_layout(lengths_tokens, **common)
     if name == "paged_sequential":
         return paged_sequential_layout(lengths_tokens, **common)
-    if name == "paged_shuffled":
-        return paged_shuffled_layout(lengths_tokens, rng=rng, max_pool_bytes=max_pool_bytes, **common)
-    raise GpuError(f"layout must be one of {', '.join(LAYOUT_NAMES)}, got {name!r}")
+    return paged_shuffled_layout(lengths_tokens, rng=rng, max_pool_bytes=max_pool_bytes, **common)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -357,23 +358,12 @@ def layout_from_snapshot(
             num_blocks = int(unique_ids.size)
         else:
             num_blocks = capacity_blocks
-        width = max(int(per_seq.max()), 1)
-        table = table[:, :width]
-        table = np.where(np.arange(width)[None, :] < per_seq[:, None], table, -1).astype(np.int32)
-        layout = KvLayout(
-            name="snapshot_paged",
-            paged=True,
-            block_size=block_size,
-            num_blocks=num_blocks,
-            kv_heads=kv_heads,
-            head_dim=head_dim,
-            dtype=dtype,
-            lengths_tokens=lengths.astype(np.int32),
-            block_table=table,
-            start_slots=table[:, 0].astype(np.int64) * block_size,
-            seq_ids=seq_ids,
+        live_ids = table[np.arange(table.shape[1])[None, :] < per_seq[:, None]]
+        layout = _paged_layout(
+            "snapshot_paged", lengths, per_seq, live_ids, num_blocks=num_blocks, kv_heads=kv_heads,
+            head_dim=head_dim, block_size=block_size, dtype=dtype, seq_ids=seq_ids,
             notes="exact" if exact else "compacted",
-        )
+        )  # fmt: skip
         return layout, SnapshotMapping(exact, kept, int(live.sum()) - kept, shared)
 
     # contiguous / virtual: slabs at token offsets; pool of 1-token blocks.
@@ -440,13 +430,12 @@ def random_values_f32(xp: ModuleType, rng: np.random.Generator, size: int) -> An
 
 def float32_to_bits(values: Any, dtype: str, xp: ModuleType = np) -> Any:
     """bf16 (round to nearest even) or fp16 bit patterns, as uint16, of float32 values."""
+    check_choice("dtype", dtype, DTYPES)
     if dtype == "fp16":
         return values.astype(xp.float16).view(xp.uint16)
-    if dtype == "bf16":
-        u = values.astype(xp.float32).view(xp.uint32)
-        rounding = ((u >> 16) & 1) + xp.uint32(0x7FFF)
-        return ((u + rounding) >> 16).astype(xp.uint16)
-    raise GpuError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+    u = values.astype(xp.float32).view(xp.uint32)
+    rounding = ((u >> 16) & 1) + xp.uint32(0x7FFF)
+    return ((u + rounding) >> 16).astype(xp.uint16)
 
 
 def fill_random_bits(

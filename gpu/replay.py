@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from gpu.errors import GpuError
+from gpu.errors import GpuError, check_choice
 from gpu.kernels import GROUPS, HEAD_DIMS
 from gpu.layouts import (
     DTYPE_BYTES,
@@ -79,8 +79,7 @@ class ReplayModel:
             )
         if self.head_dim not in HEAD_DIMS:
             raise GpuError(f"head_dim must be one of {HEAD_DIMS} (compiled kernels), got {self.head_dim}")
-        if self.dtype not in DTYPES:
-            raise GpuError(f"dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
+        check_choice("dtype", self.dtype, DTYPES)
 
 
 @dataclass(frozen=True)

@@ -19,8 +19,8 @@ from gpu.layouts import (
     paged_shuffled_layout,
 )
 from gpu.reference import bytes_and_flops, decode_attention_reference, gather_reference
-from gpu.replicas import replica_elems
 from gpu.replay import ReplayModel, load_snapshots, reference_replay, snapshot_kv_layout
+from gpu.replicas import replica_elems
 
 
 def all_slots(layout) -> np.ndarray:

@@ -102,3 +102,32 @@ def test_summary_table_and_raw_csv() -> None:
     header, first, *_ = csv_text.splitlines()
     assert header.split(",") == list(RAW_COLUMNS)
     assert first.startswith("gather,contiguous,0,8,2048,gqa8,32,8,128,bf16,")
+
+
+def _required_key_paths() -> list[tuple[str, ...]]:
+    top = ["schema_version", "measured", "device", "ceilings", "rows", "fits", "ratios"]
+    row = ["kernel", "layout", "block_size", "batch", "context_tokens", "num_q_heads", "num_kv_heads",
+           "head_dim", "bytes", "flops", "blocks_touched", "median_s", "p10_s", "p90_s", "dtype"]  # fmt: skip
+    fit = ["kernel", "layout", "block_size", "a_s", "bytes_per_s", "c_s_per_block", "mape_pct", "num_points"]
+    return (
+        [(k,) for k in top]
+        + [("device", "name"), ("ceilings", "copy_bytes_per_s"), ("ceilings", "read_bytes_per_s")]
+        + [("rows", 0, k) for k in row]
+        + [("fits", 1, k) for k in fit]
+        + [("ratios", "gather"), ("ratios", "attention")]
+    )
+
+
+@pytest.mark.parametrize("path", _required_key_paths(), ids=lambda p: ".".join(map(str, p)))
+def test_every_missing_required_key_is_named_as_missing(tmp_path, path: tuple) -> None:
+    profile = measured_like_profile()
+    parent = profile
+    for step in path[:-1]:
+        parent = parent[step]
+    del parent[path[-1]]
+    target = tmp_path / "bad.json"
+    target.write_text(json.dumps(profile))
+    with pytest.raises(GpuError) as info:
+        load_profile(target)
+    dotted = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path).lstrip(".")
+    assert str(info.value) == f"{target}: missing key '{dotted}'"
