@@ -54,7 +54,8 @@ class FreeBlockQueue:
             return
         if self._tail + count > self._entries.size:
             self._compact()
-        self._stamp[blocks] += 1
+        if self._num_stale:  # a new stamp invalidates a removed block's old entry still in the queue
+            self._stamp[blocks] += 1
         self._entries[self._tail : self._tail + count] = blocks
         self._entry_stamps[self._tail : self._tail + count] = self._stamp[blocks]
         self._tail += count
@@ -80,7 +81,9 @@ class FreeBlockQueue:
             return np.zeros(0, dtype=np.int64)
         if self._num_stale == 0:  # every entry is valid: the head `count` entries are the blocks
             if count > self._tail - self._head:
-                raise RuntimeError(f"free queue exhausted: {count - (self._tail - self._head)} more blocks wanted")
+                raise RuntimeError(
+                    f"free queue exhausted: {count - (self._tail - self._head)} more blocks wanted"
+                )
             blocks = self._entries[self._head : self._head + count].copy()
             self._head += count
             self.in_queue[blocks] = False
@@ -195,7 +198,9 @@ class BlockPool:
         """
         self.refcount[blocks] -= 1
         freed = blocks[self.refcount[blocks] == 0]
-        if freed.size:
+        if freed.size == 0:
+            return freed
+        if self._key_of_block:  # named blocks exist: freed ones stay cached, or lose their names
             keyed = freed[self.has_key[freed]]
             if self.enable_caching:
                 self.num_cached += keyed.size
@@ -204,7 +209,7 @@ class BlockPool:
                 for block in keyed.tolist():
                     del by_key[key_of_block.pop(block)]
                 self.has_key[keyed] = False
-            self.queue.push(freed)
+        self.queue.push(freed)
         return freed
 
     def cached_blocks(self) -> np.ndarray:

@@ -67,28 +67,32 @@ def paged_breakdown_integral(
         return sums
     bs = alloc.block_size
     lengths = alloc.lengths_tokens[seq_ids]
-    have = alloc.num_seq_blocks[seq_ids]
     final = alloc.final_tokens[seq_ids]
     cow_pending = alloc._num_cow_flagged and bool(alloc.cow_flag[seq_ids].any())
-    if cow_pending or bool((lengths + (steps - 1) > final).any()):
+    if cow_pending or int((final - lengths).min()) < steps - 1:  # someone passes its final length
         return _stepped_integral(alloc, seq_ids, durations, next_demand_tokens)
 
     iterations = np.arange(steps)
     index_weighted_s = float(durations @ iterations)
-    # blocks appended by iteration i: per-phase counts, cumulated
-    phase = have * bs - lengths + 1  # first iteration at which the sequence needs a new block, in [1, bs]
-    per_phase = np.bincount(phase, minlength=bs + 1)
-    crossings = np.zeros(steps, dtype=np.int64)
-    crossings[1:] = per_phase[(iterations[1:] - 1) % bs + 1]
-    appended = np.cumsum(crossings)
+    # blocks appended by iteration i: per-phase counts, cumulated. A sequence with `room` free slots
+    # in its blocks needs a new block at iterations room + 1, room + 1 + bs, ... (room in [0, bs)).
+    held = alloc.num_seq_blocks[seq_ids] * bs
+    per_room = np.bincount(held - lengths, minlength=bs)
+    appended = np.zeros(steps, dtype=np.int64)
+    np.cumsum(per_room[iterations[:-1] % bs], out=appended[1:])
     appended_weighted = float(durations @ appended)
     # internal: the tail of the block holding the final token, from the iteration that block appears
-    suffix_s = np.concatenate([np.cumsum(durations[::-1])[::-1], [0.0]])  # suffix_s[t] = sum_{i>=t} d_i
-    final_blocks = -(-final // bs)
-    tail = final_blocks * bs - final
-    starts = np.where(have >= final_blocks, 0, (final_blocks - 1) * bs + 1 - lengths)
-    internal_now = np.maximum(0, have * bs - final)
-    internal_delta = float((tail * suffix_s[np.minimum(starts, steps)]).sum() - internal_now.sum() * total_s)
+    tail = (-final) % bs  # slots after the final token in its block
+    starts = np.where(held >= final, 0, final + tail - (bs - 1) - lengths)  # first iteration holding it
+    if int(starts.min()) < steps:
+        suffix_s = np.zeros(steps + 1)  # suffix_s[t] = sum_{i>=t} d_i, summed from the end
+        np.cumsum(durations[::-1], out=suffix_s[-2::-1])
+        internal_now = np.maximum(0, held - final)
+        internal_delta = float(
+            (tail * suffix_s[np.minimum(starts, steps)]).sum() - internal_now.sum() * total_s
+        )
+    else:  # nobody holds or reaches its final block: every term is 0
+        internal_delta = 0.0
     growing = seq_ids.size
     sums["token_states"] += growing * index_weighted_s
     sums["internal"] += internal_delta

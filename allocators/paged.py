@@ -444,7 +444,10 @@ class PagedAllocator:
                 return 0
         # Each sequence needs at most ceil(limit / block_size) new blocks (lengths never exceed the
         # slots held): when the pool has that many for all, no need to count exactly.
-        if not self._num_cow_flagged and seq_ids.size * ceil_div(limit, self.block_size) <= self.pool.num_free:
+        if (
+            not self._num_cow_flagged
+            and seq_ids.size * ceil_div(limit, self.block_size) <= self.pool.num_free
+        ):
             return int(limit)
         have = self.num_seq_blocks[seq_ids]
         cow = self._cow_writers(seq_ids, lengths, have)

@@ -348,11 +348,19 @@ class CostModel:
 
     def decode_step_durations_s(self, num_decode_seqs: int, context_tokens_sum: int, k: int) -> np.ndarray:
         """Each of the k steps' durations (vectorised), for recording a jump step by step if needed."""
-        durations = np.zeros(max(0, k), dtype=np.float64)
         if k <= 0 or num_decode_seqs <= 0:
-            return durations
+            return np.zeros(max(0, k), dtype=np.float64)
         steps = np.arange(k, dtype=np.float64)
-        for lo, hi, intercept, slope in self._decode_pieces(num_decode_seqs, context_tokens_sum, k):
+        pieces = [
+            piece
+            for piece in self._decode_pieces(num_decode_seqs, context_tokens_sum, k)
+            if piece[1] > piece[0]
+        ]
+        if len(pieces) == 1:  # one side (compute or memory) wins every step: one vectorised line
+            _, _, intercept, slope = pieces[0]
+            return intercept + slope * steps
+        durations = np.zeros(k, dtype=np.float64)
+        for lo, hi, intercept, slope in pieces:
             durations[lo:hi] = intercept + slope * steps[lo:hi]
         return durations
 

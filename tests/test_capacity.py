@@ -162,6 +162,7 @@ def test_cli_capacity_prints_the_table_and_writes_json(
     scenario_file = tmp_path / "known.toml"
     scenario_file.write_text(Scenario.from_dict(KNOWN).to_toml())
     output = tmp_path / "out" / "plan.json"
+    output.parent.mkdir()  # --output's folder must exist: a mistyped one is refused, not created
     args = [
         "capacity",
         "--scenario",
@@ -181,6 +182,14 @@ def test_cli_capacity_prints_the_table_and_writes_json(
     out = capsys.readouterr().out
     assert code == 0
     assert "contiguous" in out and "3 GPU(s) = 3 replica(s) x TP 1" in out
+    # under the table: what the max rate was searched over and judged by (the caption may wrap)
+    caption = " ".join(out.split())
+    assert "max rate: geometric bisection, bracket [2, 40] req/s" in caption
+    assert "stopped at hi/lo - 1 <= 0.02" in caption
+    assert (
+        "sustainable = waiting-queue slope over the second half of the arrivals <= 0.05 x rate, "
+        "no request is rejected, and the SLO holds" in caption
+    )
     data = json.loads(output.read_text())
     assert {r["max_model_len"] for r in data["rows"]} == {1024, 2048}
     assert all(r["rate_bracket"] == [2.0, 40.0] for r in data["rows"])
@@ -200,11 +209,16 @@ def test_cli_capacity_prints_the_table_and_writes_json(
         (["--slo-ttft-p99", "2s", "--target-rate", "0"], "--target-rate must be a finite number > 0"),
         (["--slo-ttft-p99", "2s", "--allocators", "paged,nope"], "unknown allocator 'nope'"),
         (["--slo-ttft-p99", "2s", "--jobs", "0"], "--jobs must be an integer >= 1"),
+        (["--slo-ttft-p99", "2s", "--workload", "/nonexistent/trace.csv"], "/nonexistent/trace.csv: "),
     ],
 )
 def test_cli_capacity_bad_input_gives_one_line_and_exit_2(
-    args: list[str], message: str, capsys: pytest.CaptureFixture[str]
+    args: list[str], message: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    def no_workers(**kwargs: object) -> None:
+        raise AssertionError("workers were started for a plan that had to be refused")
+
+    monkeypatch.setattr("sim.executors.make_executor", no_workers)
     code, out, err = run_cli(["capacity", *args], capsys)
     assert code == 2 and err.startswith("error: ") and message in err and err.count("\n") == 1, err
 
@@ -228,3 +242,86 @@ def test_slo_on_normalized_latency_is_judged_on_the_mean() -> None:
         assert probe["ok"] == (probe["mean_normalized_latency_s_per_token"] <= 0.0105)
         if probe["request_rate"] <= HAND_MAX_RATE_REQ_S:
             assert probe["mean_normalized_latency_s_per_token"] == pytest.approx(0.01)
+
+
+@pytest.mark.parametrize(
+    ("where", "problem"),
+    [
+        ("under_file", "{blocker} is a file, not a folder"),
+        ("missing_folder", "folder {missing} does not exist (create it first)"),
+        ("a_folder", "is a folder, expected a file name"),
+    ],
+)
+def test_cli_capacity_unwritable_output_is_refused_before_any_simulation(
+    tmp_path: Path,
+    where: str,
+    problem: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    missing = tmp_path / "no-such-folder"
+    output = {
+        "under_file": blocker / "plan.json",
+        "missing_folder": missing / "plan.json",
+        "a_folder": tmp_path / "plan.json",
+    }[where]
+    if where == "a_folder":
+        output.mkdir()
+
+    def no_plan(*args: object, **kwargs: object) -> None:
+        raise AssertionError("simulations started before --output was checked")
+
+    monkeypatch.setattr("sim.capacity_planning.capacity", no_plan)
+    code, out, err = run_cli(["capacity", "--slo-ttft-p99", "2s", "--output", str(output)], capsys)
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert err == f"error: --output {output}: {problem.format(blocker=blocker, missing=missing)}\n"
+    assert not missing.exists()  # refused, not created
+
+
+def test_plan_write_refuses_a_missing_folder(known_plan, tmp_path: Path) -> None:
+    from sim.output_paths import OutputPathError
+
+    with pytest.raises(OutputPathError, match="does not exist"):
+        known_plan.write(tmp_path / "new" / "plan.json")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_caption_gives_each_rows_bracket_tolerance_and_rule(known_plan) -> None:
+    lines = known_plan.caption_lines()
+    assert len(lines) == 2
+    # automatic brackets differ per row (from each row's saturation run): each is listed
+    for r in known_plan.rows:
+        low, high = r["rate_bracket"]
+        key = f"{r['allocator']} {r['max_model_len']}/TP{r['tensor_parallel_size']} [{low:.3g}, {high:.3g}]"
+        assert key in lines[0]
+    assert "hi/lo - 1 <= 0.01" in lines[0]
+    assert lines[1].startswith(f"sustainable = {known_plan.stability_rule()}")
+
+
+def test_max_stable_rate_is_the_bisection_kvsim_capacity_runs(known_plan) -> None:
+    from sim.capacity_planning import max_stable_rate
+
+    planned = row(known_plan, "paged", 2048)
+    scenario = Scenario.from_dict(KNOWN).with_overrides(allocator="paged", max_model_len=2048)
+    search = max_stable_rate(
+        scenario,
+        low=planned["rate_bracket"][0],
+        high=planned["rate_bracket"][1],
+        slo=Slo(ttft_p99_s=0.015),
+        rel_tol=0.01,
+    )
+    assert search.max_rate_req_s == planned["max_rate_req_s"]
+    assert [record for probe in search.probes for record in probe.evidence] == planned["max_rate_runs"]
+    # without an SLO: stability alone. Past 10 req/s the queue grows by (rate - 10) req/s, which the
+    # rule tolerates up to 0.05 x rate: the queue starts to grow (by the rule) near 10 / 0.95 req/s
+    stable = max_stable_rate(scenario, low=2.0, high=40.0, rel_tol=0.02)
+    assert stable.status == "converged"
+    assert HAND_MAX_RATE_REQ_S / 1.02 <= stable.max_rate_req_s <= HAND_MAX_RATE_REQ_S / 0.95 + SLACK_REQ_S
+    assert all(
+        record["reason"] == "queue stable"
+        for probe in stable.probes
+        if probe.ok
+        for record in probe.evidence[-1:]
+    )

@@ -218,3 +218,89 @@ def test_a_failing_cell_does_not_stop_the_others(tmp_path: Path, capsys: pytest.
     assert list(table["status"]) == ["ok", "failed"]
     assert table.loc[1, "error"] and "\n" not in table.loc[1, "error"]
     assert table.loc[0, "completed"] == 20 and pd.isna(table.loc[1, "completed"])
+
+
+def test_report_on_a_sweep_folder_reports_its_cells_with_figure_5(
+    local_2x2, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from _report_helpers import parse_html
+
+    from sim.reporting import FIGURE_FILES
+
+    table, out = local_2x2
+    junk = out / "cells" / ".partial" / "deadbeef0000-1234"  # a killed worker's half-written cell
+    junk.mkdir(parents=True, exist_ok=True)
+    (junk / "steps.parquet").write_bytes(b"")
+    try:
+        main(["report", str(out)])
+    except SystemExit as exc:
+        assert exc.code in (0, None), capsys.readouterr().err
+    assert f"report written to {out / 'report.html'}" in capsys.readouterr().out
+    parsed = parse_html(out / "report.html")
+    assert sorted(label for label, _ in parsed.rows) == [
+        "contiguous (request_rate=1.0)",
+        "contiguous (request_rate=4.0)",
+        "paged (request_rate=1.0)",
+        "paged (request_rate=4.0)",
+    ]
+    figure_5 = out / "figures" / FIGURE_FILES["rate_sweep"]
+    assert figure_5.read_bytes().startswith(b"\x89PNG")
+    assert not (out / "cells" / "report.html").exists() and not (out / "cells" / "figures").exists()
+    # the table's numbers are the cells' own
+    cells = {metric: raw for metric, raw, _ in dict(parsed.rows)["paged (request_rate=4.0)"]}
+    expected = table[(table["allocator"] == "paged") & (table["workload.request_rate"] == 4.0)]
+    assert json.loads(cells["request_throughput"]) == expected["request_throughput"].iloc[0]
+
+
+def test_a_finished_sweep_rerun_starts_no_workers(local_2x2, monkeypatch: pytest.MonkeyPatch) -> None:
+    table, out = local_2x2
+
+    def no_executor(**kwargs: object) -> None:
+        raise AssertionError("an executor was made for a sweep with nothing to run")
+
+    monkeypatch.setattr("sim.sweeping.make_executor", no_executor)
+    again, report = run_sweep(SPEC_2X2, output_dir=out, progress=False)
+    assert report.ran == 0 and report.skipped == 4
+    pd.testing.assert_frame_equal(again, table)
+
+
+@pytest.mark.parametrize("where", ["file", "under_file"])
+def test_unwritable_sweep_folder_is_one_line_exit_2_before_any_cell(
+    tmp_path: Path, where: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    spec = spec_toml(tmp_path / "ok.toml", num_prompts=10, grid='allocator = ["paged"]')
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    output = blocker if where == "file" else blocker / "sweep"
+    code, out, err = run_cli(["sweep", str(spec), "-o", str(output), "--no-progress"], capsys)
+    assert code == 2 and out == ""
+    in_the_way = "" if where == "file" else f"{blocker} "
+    assert err == f"error: sweep folder {output}: {in_the_way}is a file, not a folder\n"
+    assert blocker.read_text() == "x"
+
+
+def test_unreachable_scheduler_leaves_no_sweep_folder(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("distributed")
+    import socket
+
+    from sim.executors import DaskExecutor
+
+    with socket.socket() as probe:  # a port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+
+    def quick_dask(*, jobs: object, scheduler: str, dask_local: object) -> DaskExecutor:
+        return DaskExecutor(scheduler=scheduler, connect_timeout_s=1.0)
+
+    monkeypatch.setattr("sim.sweeping.make_executor", quick_dask)
+    spec = spec_toml(tmp_path / "ok.toml", num_prompts=10, grid='allocator = ["paged"]')
+    output = tmp_path / "sweep"
+    code, _, err = run_cli(
+        ["sweep", str(spec), "-o", str(output), "--scheduler", f"tcp://127.0.0.1:{port}", "--no-progress"],
+        capsys,
+    )
+    assert code == 2 and err.startswith(f"error: --scheduler tcp://127.0.0.1:{port}: cannot connect")
+    assert err.count("\n") == 1
+    assert not output.exists()  # no .lock, no cells/
