@@ -22,6 +22,7 @@ import pandas as pd
 
 from sim.errors import ResultsError
 from sim.metrics import REQUEST_COLUMNS, STEP_COLUMNS
+from sim.output_paths import check_output_dir
 
 REQUESTS_FILE = "requests.parquet"
 STEPS_FILE = "steps.parquet"
@@ -95,14 +96,17 @@ def _is_replaceable(folder: Path) -> bool:
     return not entries or SUMMARY_FILE in entries
 
 
-def check_output_dir(directory: str | Path) -> Path:
-    """`directory` as a Path if `write_run` may write there, else ResultsError (one line).
+def check_run_dir(directory: str | Path) -> Path:
+    """`directory` as a Path if `write_run` may write there, else a one-line user error.
+
+    Two rules: the folder must be creatable and writable (`sim.output_paths.check_output_dir`, shared
+    with sweeps and reports), and an existing folder must be a kvsim results folder, never anything else.
 
     Why public: the CLI calls it before simulating, so a run that could never be saved fails in a
     second instead of after minutes of simulation; `write_run` applies the same rule again, because
     the folder may have changed meanwhile.
     """
-    target = Path(directory)
+    target = check_output_dir(directory, what="results folder")
     if target.exists() and not _is_replaceable(target):
         raise ResultsError(f"{target}: exists and is not a kvsim results folder; choose another --output")
     return target
@@ -110,7 +114,7 @@ def check_output_dir(directory: str | Path) -> Path:
 
 def write_run(run: Run, directory: str | Path) -> Path:
     """Write `run` to `directory` atomically: build a temporary sibling, then rename it into place."""
-    target = check_output_dir(directory)
+    target = check_run_dir(directory)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.parent / f".{target.name}.tmp-{uuid.uuid4().hex[:8]}"
     tmp.mkdir()

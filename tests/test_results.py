@@ -10,7 +10,7 @@ import pytest
 
 from sim.config import default_scenario
 from sim.errors import ResultsError
-from sim.results import check_output_dir, load_run, write_run
+from sim.results import check_run_dir, load_run, write_run
 from sim.simulation import compare, simulate
 
 
@@ -47,14 +47,14 @@ def test_rewrite_replaces_a_previous_run_but_never_a_foreign_folder(small_run, t
     assert (foreign / "notes.txt").read_text() == "keep me"
 
 
-def test_check_output_dir_applies_write_runs_rule(small_run, tmp_path: Path) -> None:
+def test_check_run_dir_applies_write_runs_rule(small_run, tmp_path: Path) -> None:
     """The up-front check (used by the CLI before simulating) accepts exactly what write_run accepts."""
-    assert check_output_dir(tmp_path / "new" / "run") == tmp_path / "new" / "run"  # not there yet
+    assert check_run_dir(tmp_path / "new" / "run") == tmp_path / "new" / "run"  # not there yet
     empty = tmp_path / "empty"
     empty.mkdir()
-    assert check_output_dir(empty) == empty
+    assert check_run_dir(empty) == empty
     previous = write_run(small_run, tmp_path / "previous")
-    assert check_output_dir(previous) == previous
+    assert check_run_dir(previous) == previous
     foreign = tmp_path / "mine"
     foreign.mkdir()
     (foreign / "notes.txt").write_text("keep me")
@@ -62,7 +62,7 @@ def test_check_output_dir_applies_write_runs_rule(small_run, tmp_path: Path) -> 
     a_file.write_text("x")
     for bad in (foreign, a_file):
         with pytest.raises(ResultsError, match=f"^{bad}: exists and is not a kvsim results folder"):
-            check_output_dir(bad)
+            check_run_dir(bad)
     assert not (tmp_path / "new").exists()  # checking creates nothing
 
 

@@ -306,12 +306,12 @@ def register(app: typer.Typer) -> None:
         quiet: QuietOpt = False,
     ) -> None:
         """Simulate one scenario, print its summary and write its results folder."""
-        from sim.results import check_output_dir, write_run
+        from sim.results import check_run_dir, write_run
         from sim.simulation import simulate
 
         flags = dict(locals())
         scenario = scenario_from_flags(flags)
-        target = check_output_dir(output if output is not None else Path("results") / scenario.name)
+        target = check_run_dir(output if output is not None else Path("results") / scenario.name)
         run = simulate(scenario, progress=_show_progress(quiet))
         target = write_run(run, target)
         label = run.allocator
@@ -358,7 +358,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Run the same workload and seed through several allocators and print them side by side."""
         from sim.errors import ScenarioError
-        from sim.results import check_output_dir, write_run
+        from sim.results import check_run_dir, write_run
         from sim.simulation import DEFAULT_COMPARE_ALLOCATORS, compare, run_label
 
         flags = dict(locals())
@@ -373,7 +373,7 @@ def register(app: typer.Typer) -> None:
             raise ScenarioError(f"{output}: exists and is not a folder; choose another --output")
         for allocator_name in names or DEFAULT_COMPARE_ALLOCATORS:
             label = scenario.with_overrides(allocator=allocator_name).allocator.label
-            check_output_dir(Path(output) / run_label(label))
+            check_run_dir(Path(output) / run_label(label))
         runs = compare(scenario, names, progress=_show_progress(quiet))
         written = [write_run(run, Path(output) / run_label(label)) for label, run in runs.items()]
         labels = list(runs)
