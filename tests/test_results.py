@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from sim.config import default_scenario
-from sim.errors import ResultsError
+from sim.errors import KvsimError, ResultsError
 from sim.results import check_run_dir, load_run, write_run
 from sim.simulation import compare, simulate
 
@@ -60,9 +60,10 @@ def test_check_run_dir_applies_write_runs_rule(small_run, tmp_path: Path) -> Non
     (foreign / "notes.txt").write_text("keep me")
     a_file = tmp_path / "file.txt"
     a_file.write_text("x")
-    for bad in (foreign, a_file):
-        with pytest.raises(ResultsError, match=f"^{bad}: exists and is not a kvsim results folder"):
-            check_run_dir(bad)
+    with pytest.raises(ResultsError, match=f"^{foreign}: exists and is not a kvsim results folder"):
+        check_run_dir(foreign)
+    with pytest.raises(KvsimError, match=f"^results folder {a_file}: is a file, not a folder"):
+        check_run_dir(a_file)
     assert not (tmp_path / "new").exists()  # checking creates nothing
 
 
