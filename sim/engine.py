@@ -238,6 +238,8 @@ class Engine:
     # -- SimPy processes -----------------------------------------------------------------------------------
 
     def _release_due(self, now_s: float) -> None:
+        if self.source.peek_s() > now_s:  # the common case: nothing due (every turn asks)
+            return
         enqueue = self.sched.enqueue
         for arrival_s, req in self.source.pop_due(now_s):
             enqueue(req, arrival_s)

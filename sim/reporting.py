@@ -29,16 +29,15 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import pandas as pd
-import pyarrow.parquet as pq
 
 from allocators.base import BREAKDOWN_PARTS
 from sim import diagnosis, figures
 from sim.errors import ResultsError
 from sim.output_paths import check_output_dir, write_error
+from sim.results import STEPS_FILE, SUMMARY_FILE, load_run
 from sim.sweeping import CELLS_DIR, SWEEP_TABLE
 
 RESULT_FILES: tuple[str, ...] = ("summary.json", "requests.parquet", "steps.parquet")
-SUMMARY_KEYS: tuple[str, ...] = ("scenario", "allocator", "metrics")
 
 # The summary table: (metric key in summary.json, column header, number format).
 # Headers are short so that the table fits a page; UNITS_NOTE and docs/metrics.md say what each means.
@@ -71,25 +70,6 @@ REQUIRED_METRICS: tuple[str, ...] = (
     "mean_queue_length",
     "max_queue_length",
     "kv_capacity_tokens",
-)
-REQUEST_COLUMNS: tuple[str, ...] = (
-    "arrival_s",
-    "finish_s",
-    "prompt_tokens",
-    "output_tokens",
-    "generated_tokens",
-    "rejected",
-    "ttft_ms",
-    "tpot_ms",
-    "normalized_latency_s_per_token",
-)
-STEP_COLUMNS: tuple[str, ...] = (
-    "time_s",
-    "duration_s",
-    "num_running",
-    "queue_length",
-    "capacity",
-    *BREAKDOWN_PARTS,
 )
 # File names of every figure the report may write (stale ones from an earlier report are removed).
 FIGURE_FILES: dict[str, str] = {
@@ -143,36 +123,20 @@ class LoadedRun:
 # --------------------------------------------------------------------------------------------- loading
 
 
-def _read_table(path: Path, columns: Sequence[str]) -> pd.DataFrame:
-    """Read only `columns` of a Parquet file, refusing (one line) a file that lacks any of them."""
-    try:
-        present = set(pq.read_schema(path).names)
-    except Exception as exc:  # pyarrow raises several types for a damaged file
-        raise ResultsError(f"{path}: not a readable Parquet file ({type(exc).__name__})") from None
-    missing = [c for c in columns if c not in present]
-    if missing:
-        raise ResultsError(f"{path}: missing columns {', '.join(missing)} (older or partial run?)")
-    return pd.read_parquet(path, columns=list(columns))
-
-
 def load_results(results_dir: Path) -> LoadedRun:
-    """Validate one results folder and load what the report needs; ResultsError names what is missing."""
+    """Validate one results folder and load what the report needs; ResultsError names what is missing.
+
+    The folder rules (files, JSON, summary keys, table columns) are `sim.results.load_run`'s; on top
+    the report needs every metric it shows and a non-empty steps table, so an older or partial run is
+    refused here rather than rendered as half a page.
+    """
     results_dir = Path(results_dir)
-    if not results_dir.is_dir():
-        raise ResultsError(f"{results_dir}: not a results folder (no such directory)")
     missing_files = [name for name in RESULT_FILES if not (results_dir / name).is_file()]
-    if missing_files:
+    if results_dir.is_dir() and missing_files:
         raise ResultsError(f"{results_dir}: missing {', '.join(missing_files)} (older or partial run?)")
-    summary_path = results_dir / "summary.json"
-    try:
-        summary = json.loads(summary_path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ResultsError(f"{summary_path}: not valid JSON ({type(exc).__name__})") from None
-    if not isinstance(summary, dict):
-        raise ResultsError(f"{summary_path}: expected a JSON object at the top level")
-    missing_keys = [key for key in SUMMARY_KEYS if key not in summary]
-    if missing_keys:
-        raise ResultsError(f"{summary_path}: missing keys {', '.join(missing_keys)} (older or partial run?)")
+    run = load_run(results_dir)
+    summary_path = results_dir / SUMMARY_FILE
+    summary = run.summary
     metrics = summary["metrics"]
     if not isinstance(metrics, dict):
         raise ResultsError(f"{summary_path}: field metrics must be an object")
@@ -183,11 +147,9 @@ def load_results(results_dir: Path) -> LoadedRun:
         )
     if not isinstance(summary["scenario"], dict):
         raise ResultsError(f"{summary_path}: field scenario must be an object")
-    requests = _read_table(results_dir / "requests.parquet", REQUEST_COLUMNS)
-    steps = _read_table(results_dir / "steps.parquet", STEP_COLUMNS)
-    if steps.empty:
-        raise ResultsError(f"{results_dir / 'steps.parquet'}: no rows (partial run?)")
-    return LoadedRun(path=results_dir, summary=summary, requests=requests, steps=steps)
+    if run.steps.empty:
+        raise ResultsError(f"{results_dir / STEPS_FILE}: no rows (partial run?)")
+    return LoadedRun(path=results_dir, summary=summary, requests=run.requests, steps=run.steps)
 
 
 def expand_results_dirs(results_dirs: Sequence[Path]) -> list[Path]:

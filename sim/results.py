@@ -36,6 +36,10 @@ LAYOUT_INDEX_COLUMNS: tuple[str, ...] = (
     "predicted_step_s",
 )
 SUMMARY_KEYS: tuple[str, ...] = ("kvsim_version", "versions", "scenario", "seed", "allocator", "metrics")
+# The columns docs/architecture.md promises; later extensions (from `n` / `generated_tokens` on) are
+# read when present, so a folder from a slightly older kvsim still loads.
+CONTRACT_REQUEST_COLUMNS: tuple[str, ...] = REQUEST_COLUMNS[: REQUEST_COLUMNS.index("n")]
+CONTRACT_STEP_COLUMNS: tuple[str, ...] = STEP_COLUMNS[: STEP_COLUMNS.index("generated_tokens")]
 
 
 @dataclass
@@ -171,6 +175,6 @@ def load_run(directory: str | Path) -> Run:
     missing = [k for k in SUMMARY_KEYS if k not in summary]
     if missing:
         raise ResultsError(f"{summary_path}: missing key(s) {', '.join(missing)}")
-    requests = _read_parquet(folder / REQUESTS_FILE, REQUEST_COLUMNS[:18])
-    steps = _read_parquet(folder / STEPS_FILE, STEP_COLUMNS[:17])
+    requests = _read_parquet(folder / REQUESTS_FILE, CONTRACT_REQUEST_COLUMNS)
+    steps = _read_parquet(folder / STEPS_FILE, CONTRACT_STEP_COLUMNS)
     return Run(requests=requests, steps=steps, summary=summary, path=folder)

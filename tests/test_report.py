@@ -146,9 +146,9 @@ BAD_FOLDERS = {
     "missing_steps": (lambda d: (d / "steps.parquet").unlink(), "missing steps.parquet"),
     "missing_summary": (lambda d: (d / "summary.json").unlink(), "missing summary.json"),
     "old_summary": (lambda d: _drop_metric(d, "kv_external_pct"), "missing metrics kv_external_pct"),
-    "missing_column": (lambda d: _drop_step_column(d, "external"), "missing columns external"),
-    "corrupt_json": (lambda d: (d / "summary.json").write_text("{"), "not valid JSON"),
-    "corrupt_parquet": (lambda d: (d / "requests.parquet").write_bytes(b"nope"), "not a readable Parquet"),
+    "missing_column": (lambda d: _drop_step_column(d, "external"), "missing column(s) external"),
+    "corrupt_json": (lambda d: (d / "summary.json").write_text("{"), "cannot read JSON"),
+    "corrupt_parquet": (lambda d: (d / "requests.parquet").write_bytes(b"nope"), "cannot read Parquet"),
 }
 
 
@@ -189,7 +189,7 @@ def test_missing_folder_and_empty_list(tmp_path: Path, capsys: pytest.CaptureFix
     with pytest.raises(SystemExit) as exit_info:
         main(["report", str(tmp_path / "nowhere")])
     assert exit_info.value.code == 2
-    assert "nowhere: not a results folder" in capsys.readouterr().err
+    assert "nowhere: results folder not found" in capsys.readouterr().err
     with pytest.raises(ResultsError, match="no results folders"):
         report([])
 
