@@ -196,8 +196,9 @@ class BlockPool:
         Freed blocks go to the queue tail in the given order (callers pass a sequence's blocks
         last-first, so the tail of a prompt is evicted before its head, as in vLLM).
         """
-        self.refcount[blocks] -= 1
-        freed = blocks[self.refcount[blocks] == 0]
+        left = self.refcount[blocks] - 1  # one gather serves the update and the test (blocks are distinct)
+        self.refcount[blocks] = left
+        freed = blocks[left == 0]
         if freed.size == 0:
             return freed
         if self._key_of_block:  # named blocks exist: freed ones stay cached, or lose their names

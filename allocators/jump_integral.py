@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from allocators.base import BREAKDOWN_PARTS
+from allocators.base import BREAKDOWN_PARTS, MemoryBreakdown
 
 if TYPE_CHECKING:
     from allocators.paged import PagedAllocator
@@ -52,24 +52,37 @@ def _stepped_integral(
 
 
 def paged_breakdown_integral(
-    alloc: PagedAllocator, seq_ids: np.ndarray, durations_s: np.ndarray, next_demand_tokens: int = 0
+    alloc: PagedAllocator,
+    seq_ids: np.ndarray,
+    durations_s: np.ndarray,
+    next_demand_tokens: int = 0,
+    *,
+    first: MemoryBreakdown | None = None,
+    total_s: float | None = None,
 ) -> dict[str, float]:
-    """sum_i durations_s[i] x part after growing each of `seq_ids` (distinct) by i tokens."""
+    """sum_i durations_s[i] x part after growing each of `seq_ids` (distinct) by i tokens.
+
+    `first` (the breakdown now) and `total_s` (durations_s.sum()) may be passed by a caller that has
+    them already (the engine's jump), to save computing them twice; they must be those values.
+    """
     seq_ids = np.asarray(seq_ids, dtype=np.int64)
     durations = np.asarray(durations_s, dtype=np.float64)
     steps = durations.size
     if steps == 0:
         return dict.fromkeys(INTEGRATED_PARTS, 0.0)
-    first = alloc.breakdown(next_demand_tokens)  # O(1); attributes, not as_dict (which reflects)
-    total_s = float(durations.sum())
+    if first is None:
+        first = alloc.breakdown(next_demand_tokens)  # O(1); attributes, not as_dict (which reflects)
+    if total_s is None:
+        total_s = float(durations.sum())
     sums = {name: getattr(first, name) * total_s for name in INTEGRATED_PARTS}
     if steps == 1 or seq_ids.size == 0:
         return sums
     bs = alloc.block_size
     lengths = alloc.lengths_tokens[seq_ids]
     final = alloc.final_tokens[seq_ids]
+    remaining = final - lengths  # tokens to go before the final length
     cow_pending = alloc._num_cow_flagged and bool(alloc.cow_flag[seq_ids].any())
-    if cow_pending or int((final - lengths).min()) < steps - 1:  # someone passes its final length
+    if cow_pending or int(remaining.min()) < steps - 1:  # someone passes its final length
         return _stepped_integral(alloc, seq_ids, durations, next_demand_tokens)
 
     iterations = np.arange(steps)
@@ -77,16 +90,20 @@ def paged_breakdown_integral(
     # blocks appended by iteration i: per-phase counts, cumulated. A sequence with `room` free slots
     # in its blocks needs a new block at iterations room + 1, room + 1 + bs, ... (room in [0, bs)).
     held = alloc.num_seq_blocks[seq_ids] * bs
-    per_room = np.bincount(held - lengths, minlength=bs)
+    room = held - lengths
+    per_room = np.bincount(room, minlength=bs)
     appended = np.zeros(steps, dtype=np.int64)
-    np.cumsum(per_room[iterations[:-1] % bs], out=appended[1:])
+    # iteration i >= 1 adds the sequences with room == (i - 1) % bs; a short jump needs no modulo
+    phases = per_room[: steps - 1] if steps - 1 <= bs else per_room[iterations[:-1] % bs]
+    np.add.accumulate(phases, out=appended[1:])  # = cumsum, without its slow out= path
     appended_weighted = float(durations @ appended)
     # internal: the tail of the block holding the final token, from the iteration that block appears
     tail = (-final) % bs  # slots after the final token in its block
-    starts = np.where(held >= final, 0, final + tail - (bs - 1) - lengths)  # first iteration holding it
+    # first iteration holding it: 0 if held already (room >= remaining), else final + tail - bs + 1 - length
+    starts = np.where(room >= remaining, 0, remaining + tail - (bs - 1))
     if int(starts.min()) < steps:
         suffix_s = np.zeros(steps + 1)  # suffix_s[t] = sum_{i>=t} d_i, summed from the end
-        np.cumsum(durations[::-1], out=suffix_s[-2::-1])
+        np.add.accumulate(durations[::-1], out=suffix_s[-2::-1])
         internal_now = np.maximum(0, held - final)
         internal_delta = float(
             (tail * suffix_s[np.minimum(starts, steps)]).sum() - internal_now.sum() * total_s

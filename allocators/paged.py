@@ -34,9 +34,22 @@ from allocators.holes import uniform_hole_stats
 from allocators.jump_integral import paged_breakdown_integral
 from allocators.ledger import DuplicateLedger
 from allocators.prefix_keys import block_pieces, full_block_keys
-from allocators.seq_arrays import ceil_div, grown
+from allocators.seq_arrays import ceil_div, ensure_rows, grown
 
 _EMPTY_IDS = np.zeros(0, dtype=np.int64)
+# Up to this many sequences crossing a block boundary in one grow are served by a scalar loop
+# (`_append_lean_few`); measured faster than the vectorised path below about this size.
+_LEAN_LOOP_MAX = 6
+
+
+def _has_named_content(seq: SeqSpec) -> bool:
+    """Whether any prompt token is named (hash blocks or a shared prefix), as prefix_keys decides.
+
+    Most requests have none: admission then skips the key, hit and piece machinery altogether.
+    """
+    return bool(seq.block_hashes and seq.block_hash_tokens > 0) or (
+        seq.prefix_group >= 0 and seq.prefix_tokens > 0
+    )
 
 
 @functools.lru_cache(maxsize=256)
@@ -96,19 +109,21 @@ class PagedAllocator:
         self._next_slot = 0
 
     # ---- per-sequence arrays -------------------------------------------------------------
+    # Every array indexed by seq id, with its "no sequence" value (seq_arrays.ensure_rows keeps them in step).
+    _ROW_FILLS: dict[str, int | bool] = {
+        "live": False,
+        "lengths_tokens": 0,
+        "num_seq_blocks": 0,
+        "final_tokens": 0,
+        "prefix_hit": 0,
+        "cow_flag": False,
+        "table_slot": -1,
+        "quiet_limit_tokens": 0,
+        "_lean_cap_tokens": -1,
+    }
+
     def _ensure_rows(self, seq_id: int) -> None:
-        rows = seq_id + 1
-        if rows <= self.live.shape[0]:
-            return
-        self.live = grown(self.live, rows, False)
-        self.lengths_tokens = grown(self.lengths_tokens, rows, 0)
-        self.num_seq_blocks = grown(self.num_seq_blocks, rows, 0)
-        self.final_tokens = grown(self.final_tokens, rows, 0)
-        self.prefix_hit = grown(self.prefix_hit, rows, 0)
-        self.cow_flag = grown(self.cow_flag, rows, False)
-        self.table_slot = grown(self.table_slot, rows, -1)
-        self.quiet_limit_tokens = grown(self.quiet_limit_tokens, rows, 0)
-        self._lean_cap_tokens = grown(self._lean_cap_tokens, rows, -1)
+        ensure_rows(self, seq_id, self._ROW_FILLS)
 
     def _ensure_columns(self, num_blocks: int) -> None:
         cols = self._tables.shape[1]
@@ -219,6 +234,8 @@ class PagedAllocator:
     # ---- admission ---------------------------------------------------------------------------
     def _prefix_hits(self, seq: SeqSpec) -> tuple[tuple[Hashable, ...], list[int]]:
         """The prompt's block names and the blocks already holding its leading named blocks."""
+        if not _has_named_content(seq):
+            return (), []
         keys = _cached_block_keys(seq, self.block_size)
         hits: list[int] = []
         if self.share_prefixes:
@@ -257,7 +274,11 @@ class PagedAllocator:
         if prompt_blocks - live_hits > self.pool.num_free:
             return False
         # named pieces that could be duplicates (with sharing, whole named blocks never are)
-        pieces = block_pieces(seq, self.block_size, skip_whole_blocks=self.share_prefixes)
+        pieces = (
+            block_pieces(seq, self.block_size, skip_whole_blocks=self.share_prefixes)
+            if _has_named_content(seq)
+            else {}
+        )
         revived = self.pool.touch(hit_blocks) if hits else _EMPTY_IDS
         if pieces and revived.size:  # a cached block is live content again
             revived_set = set(revived.tolist())
@@ -275,7 +296,8 @@ class PagedAllocator:
         self._ensure_columns(prompt_blocks)
         slot = self._take_slot(sid)  # may grow self._tables: index after
         row = self._tables[slot]
-        row[: hit_blocks.size] = hit_blocks
+        if hits:
+            row[: hit_blocks.size] = hit_blocks
         row[hit_blocks.size : prompt_blocks] = new_blocks
         self.live[sid] = True
         self.lengths_tokens[sid] = seq.prompt_tokens
@@ -350,6 +372,8 @@ class PagedAllocator:
         length or max_model_len, so it crossed exactly one block boundary: growth <= block_size)
         and the pool has a block for each. Returns False, having changed nothing, otherwise.
         """
+        if seq_ids.size <= _LEAN_LOOP_MAX:
+            return self._append_lean_few(seq_ids.tolist(), grown_lengths.tolist())
         caps = self._lean_cap_tokens[seq_ids]
         if seq_ids.size > self.pool.num_free or not (grown_lengths <= caps).all():
             return False
@@ -363,6 +387,43 @@ class PagedAllocator:
         # below the final length before, so nothing was never-filled; now the final block may be held
         self._never_tokens += int(np.maximum(held - self.final_tokens[seq_ids], 0).sum())
         self.quiet_limit_tokens[seq_ids] = np.minimum(held, caps)
+        return True
+
+    def _append_lean_few(self, seq_ids: list[int], grown_lengths: list[int]) -> bool:
+        """`_append_lean` for a handful of sequences, in Python scalars (same blocks, same order).
+
+        Why a loop: a decode step usually has only one or two sequences crossing a block boundary,
+        and ~20 small-array NumPy calls cost more than a few scalar updates each. This loops over
+        the crossing sequences only (at most _LEAN_LOOP_MAX), never over the batch.
+        """
+        caps = self._lean_cap_tokens
+        if len(seq_ids) > self.pool.num_free:
+            return False
+        seq_caps = [caps.item(seq_id) for seq_id in seq_ids]
+        for length, cap in zip(grown_lengths, seq_caps, strict=True):
+            if length > cap:
+                return False
+        bs = self.block_size
+        blocks = self.pool.allocate(len(seq_ids)).tolist()
+        num_blocks, slots, final, quiet = (
+            self.num_seq_blocks,
+            self.table_slot,
+            self.final_tokens,
+            self.quiet_limit_tokens,
+        )
+        never = 0
+        for seq_id, block, cap in zip(seq_ids, blocks, seq_caps, strict=True):
+            have = num_blocks.item(seq_id)
+            if have >= self._tables.shape[1]:
+                self._ensure_columns(have + 1)
+            self._tables[slots.item(seq_id), have] = block
+            num_blocks[seq_id] = have + 1
+            held = (have + 1) * bs
+            # below the final length before, so nothing was never-filled; now the final block may be held
+            never += max(0, held - final.item(seq_id))
+            quiet[seq_id] = min(held, cap)
+        self._held_slots += len(seq_ids) * bs
+        self._never_tokens += never
         return True
 
     def _grow_general(self, seq_ids: np.ndarray, num_tokens: int) -> np.ndarray:
@@ -584,13 +645,22 @@ class PagedAllocator:
         return int(will.sum()), int(never.sum())
 
     def breakdown_integral(
-        self, seq_ids: np.ndarray, durations_s: np.ndarray, next_demand_tokens: int = 0
+        self,
+        seq_ids: np.ndarray,
+        durations_s: np.ndarray,
+        next_demand_tokens: int = 0,
+        *,
+        first: MemoryBreakdown | None = None,
+        total_s: float | None = None,
     ) -> dict[str, float]:
         """sum_i durations_s[i] x breakdown part after growing `seq_ids` by i tokens (the engine's jump hook).
 
-        Exact, without growing anything; see jump_integral.py for the closed forms.
+        Exact, without growing anything; see jump_integral.py for the closed forms. `first` and
+        `total_s` (the breakdown now, durations_s.sum()) may be passed when already known.
         """
-        return paged_breakdown_integral(self, seq_ids, durations_s, next_demand_tokens)
+        return paged_breakdown_integral(
+            self, seq_ids, durations_s, next_demand_tokens, first=first, total_s=total_s
+        )
 
     def layout(self) -> Layout:
         ids = self.live_seq_ids()

@@ -21,6 +21,7 @@ not import the scenario, so tests can drive it with small fakes.
 from __future__ import annotations
 
 import heapq
+import inspect
 import math
 import time
 from collections.abc import Callable
@@ -177,6 +178,15 @@ class ArrivalSource:
         return self._ptr >= self.num_requests
 
 
+def _accepts(function: Callable[..., Any], *names: str) -> bool:
+    """Whether `function` takes every one of these keyword arguments (checked once per run)."""
+    try:
+        parameters = inspect.signature(function).parameters
+    except (TypeError, ValueError):
+        return False
+    return all(name in parameters for name in names)
+
+
 def validate_requests(requests: pd.DataFrame) -> None:
     """The engine's own minimal check (workloads.validate does the full one at the boundary)."""
     missing = [c for c in REQUIRED_COLUMNS if c not in requests.columns]
@@ -288,6 +298,8 @@ class Engine:
         # Optional allocator hook: exact sum_i d_i x parts(i) over a jump, for allocators whose parts
         # are step functions of growth (blocks, pages). Without it the parts are interpolated.
         exact_integral = getattr(alloc, "breakdown_integral", None)
+        # A hook that accepts the breakdown now and the total duration is spared computing them again.
+        integral_takes_first = exact_integral is not None and _accepts(exact_integral, "first", "total_s")
         while True:
             now = env.now
             self._release_due(now)
@@ -316,7 +328,14 @@ class Engine:
                 integrals.add_constant(first, duration)
             else:
                 duration = float(step_durations.sum())
-                if exact_integral is not None:
+                if integral_takes_first:
+                    integrals.add_sums(
+                        exact_integral(
+                            sched.decode_ids(), step_durations, demand, first=first, total_s=duration
+                        )
+                    )
+                    sched.grow_uniform(iterations - 1)
+                elif exact_integral is not None:
                     integrals.add_sums(exact_integral(sched.decode_ids(), step_durations, demand))
                     sched.grow_uniform(iterations - 1)
                 else:
@@ -391,8 +410,8 @@ class Engine:
         durations = self.cost.decode_step_durations_s(n_dec, ctx0, limit)
         if gap_s < math.inf:
             # Iteration i (i >= 1) starts at T(i) = sum(durations[:i]); it is decode-only if T(i) < gap.
-            starts = np.cumsum(durations[:-1])
-            limit = 1 + int(np.searchsorted(starts, gap_s, side="left"))
+            starts = durations[:-1].cumsum()  # methods, not np.cumsum/np.searchsorted: no wrapper per turn
+            limit = 1 + int(starts.searchsorted(gap_s, side="left"))
             if limit <= 1:
                 return 1, None
             durations = durations[:limit]
