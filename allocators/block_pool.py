@@ -75,6 +75,25 @@ class FreeBlockQueue:
         valid = self._valid(self._head, self._tail)
         return self._entries[self._head : self._tail][valid][:count]
 
+    def pop_few(self, count: int) -> list[int]:
+        """`pop(count)` as a list, with scalar updates when no entry is stale (same blocks, same order).
+
+        Why: a decode step typically takes one or two blocks, where the fancy-indexed updates of
+        `pop` cost more than a few scalar stores.
+        """
+        if self._num_stale:
+            return self.pop(count).tolist()
+        head = self._head
+        if count > self._tail - head:
+            raise RuntimeError(f"free queue exhausted: {count - (self._tail - head)} more blocks wanted")
+        blocks = self._entries[head : head + count].tolist()
+        self._head = head + count
+        in_queue = self.in_queue
+        for block in blocks:
+            in_queue[block] = False
+        self.num_free -= count
+        return blocks
+
     def pop(self, count: int) -> np.ndarray:
         """The `count` blocks at the head. Caller checks `num_free >= count`."""
         if count == 0:
@@ -152,6 +171,16 @@ class BlockPool:
                 self._forget(block)
             self.num_cached -= evicted.size
         self.refcount[blocks] = 1
+        return blocks
+
+    def allocate_few(self, count: int) -> list[int]:
+        """`allocate(count)` as a list, in scalar steps (for the handful of blocks of a decode step)."""
+        if self.num_cached:  # evictions: the general path
+            return self.allocate(count).tolist()
+        blocks = self.queue.pop_few(count)
+        refcount = self.refcount
+        for block in blocks:
+            refcount[block] = 1
         return blocks
 
     def register(self, block: int, key: Hashable) -> bool:

@@ -404,7 +404,7 @@ class PagedAllocator:
             if length > cap:
                 return False
         bs = self.block_size
-        blocks = self.pool.allocate(len(seq_ids)).tolist()
+        blocks = self.pool.allocate_few(len(seq_ids))
         num_blocks, slots, final, quiet = (
             self.num_seq_blocks,
             self.table_slot,
