@@ -35,8 +35,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     try:
         from gpu.backend import has_gpu
     except Exception:  # gpu/ not importable: no device path either
+
         def has_gpu() -> bool:
             return False
+
     if has_gpu():
         return
     skip = pytest.mark.skip(reason="no CUDA device (CuPy absent or cupy.is_available() is False)")
