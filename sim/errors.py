@@ -21,20 +21,13 @@ class ResultsError(KvsimError):
 
 
 def user_error_types() -> tuple[type[BaseException], ...]:
-    """All exception types that mean 'bad input' across kvsim's packages."""
+    """All exception types that mean 'bad input' across kvsim's packages.
+
+    Imported here, lazily, because allocators/, workloads/ and gpu/ must not import sim/ (data flows
+    one way), so each defines its own ValueError subclass and only the CLI needs to know them all.
+    """
     from allocators.base import AllocatorConfigError
+    from gpu.errors import GpuError
+    from workloads.errors import WorkloadError
 
-    types: list[type[BaseException]] = [KvsimError, AllocatorConfigError]
-    try:
-        from workloads.errors import WorkloadError
-
-        types.append(WorkloadError)
-    except ImportError:  # pragma: no cover - workloads not built yet
-        pass
-    try:
-        from gpu.errors import GpuError
-
-        types.append(GpuError)
-    except ImportError:  # pragma: no cover
-        pass
-    return tuple(types)
+    return (KvsimError, AllocatorConfigError, WorkloadError, GpuError)
