@@ -175,9 +175,27 @@ class BlockPool:
 
     def allocate_few(self, count: int) -> list[int]:
         """`allocate(count)` as a list, in scalar steps (for the handful of blocks of a decode step)."""
+        queue = self.queue
         if self.num_cached:  # evictions: the general path
             return self.allocate(count).tolist()
-        blocks = self.queue.pop_few(count)
+        if queue._num_stale:  # stale queue entries: the queue's general pop
+            return self._refcount_one(queue.pop_few(count))
+        # FreeBlockQueue.pop_few's no-stale case, inlined with the refcount stores in one loop (every
+        # decode step that crosses a block boundary comes here)
+        head = queue._head
+        if count > queue._tail - head:
+            raise RuntimeError(f"free queue exhausted: {count - (queue._tail - head)} more blocks wanted")
+        blocks = queue._entries[head : head + count].tolist()
+        queue._head = head + count
+        in_queue, refcount = queue.in_queue, self.refcount
+        for block in blocks:
+            in_queue[block] = False
+            refcount[block] = 1
+        queue.num_free -= count
+        return blocks
+
+    def _refcount_one(self, blocks: list[int]) -> list[int]:
+        """Set each (freshly popped) block's refcount to 1; returns the blocks."""
         refcount = self.refcount
         for block in blocks:
             refcount[block] = 1

@@ -34,6 +34,32 @@ if TYPE_CHECKING:
 INTEGRATED_PARTS: tuple[str, ...] = (*BREAKDOWN_PARTS, "cached")
 
 
+_ARANGE = np.arange(1024)
+_PHASES: dict[int, np.ndarray] = {}
+
+
+def _arange(count: int) -> np.ndarray:
+    """np.arange(count) as a read-only view of a cached array (allocating one per jump costs more)."""
+    global _ARANGE
+    if count > _ARANGE.size:
+        _ARANGE = np.arange(max(count, 2 * _ARANGE.size))
+        _ARANGE.flags.writeable = False
+    return _ARANGE[:count]
+
+
+def _phase_index(count: int, block_size: int) -> np.ndarray:
+    """np.arange(count) % block_size, from a cached array per block size (long jumps need it)."""
+    cached = _PHASES.get(block_size)
+    if cached is None or cached.size < count:
+        cached = np.arange(max(count, 2 * (0 if cached is None else cached.size), 1024)) % block_size
+        cached.flags.writeable = False
+        _PHASES[block_size] = cached
+    return cached[:count]
+
+
+_ARANGE.flags.writeable = False
+
+
 def _stepped_integral(
     alloc: PagedAllocator, seq_ids: np.ndarray, durations_s: np.ndarray, next_demand_tokens: int
 ) -> dict[str, float]:
@@ -74,7 +100,16 @@ def paged_breakdown_integral(
         first = alloc.breakdown(next_demand_tokens)  # O(1); attributes, not as_dict (which reflects)
     if total_s is None:
         total_s = float(durations.sum())
-    sums = {name: getattr(first, name) * total_s for name in INTEGRATED_PARTS}
+    # a literal, not a loop over INTEGRATED_PARTS with getattr: this runs on every jump
+    sums = {
+        "token_states": first.token_states * total_s,
+        "reservation": first.reservation * total_s,
+        "internal": first.internal * total_s,
+        "external": first.external * total_s,
+        "duplicated": first.duplicated * total_s,
+        "free": first.free * total_s,
+        "cached": first.cached * total_s,
+    }
     if steps == 1 or seq_ids.size == 0:
         return sums
     bs = alloc.block_size
@@ -85,7 +120,7 @@ def paged_breakdown_integral(
     if cow_pending or int(remaining.min()) < steps - 1:  # someone passes its final length
         return _stepped_integral(alloc, seq_ids, durations, next_demand_tokens)
 
-    iterations = np.arange(steps)
+    iterations = _arange(steps)
     index_weighted_s = float(durations @ iterations)
     # blocks appended by iteration i: per-phase counts, cumulated. A sequence with `room` free slots
     # in its blocks needs a new block at iterations room + 1, room + 1 + bs, ... (room in [0, bs)).
@@ -94,19 +129,31 @@ def paged_breakdown_integral(
     per_room = np.bincount(room, minlength=bs)
     appended = np.zeros(steps, dtype=np.int64)
     # iteration i >= 1 adds the sequences with room == (i - 1) % bs; a short jump needs no modulo
-    phases = per_room[: steps - 1] if steps - 1 <= bs else per_room[iterations[:-1] % bs]
+    phases = per_room[: steps - 1] if steps - 1 <= bs else per_room[_phase_index(steps - 1, bs)]
     np.add.accumulate(phases, out=appended[1:])  # = cumsum, without its slow out= path
     appended_weighted = float(durations @ appended)
     # internal: the tail of the block holding the final token, from the iteration that block appears
-    tail = (-final) % bs  # slots after the final token in its block
+    tail = alloc.final_tail_tokens[seq_ids]  # slots after the final token in its block, (-final) % bs
     # first iteration holding it: 0 if held already (room >= remaining), else final + tail - bs + 1 - length
-    starts = np.where(room >= remaining, 0, remaining + tail - (bs - 1))
+    # (final + tail - bs + 1 - length = remaining + tail - (bs - 1), stored per sequence)
+    from_now = alloc.final_block_from_tokens[seq_ids] - lengths
+    if per_room.size == bs:
+        # every room < bs (blocks held = ceil(length / bs)): then from_now <= 0 exactly when the final
+        # block is held (room >= remaining) and > 0 otherwise, so clamping at 0 is the same as the test
+        starts = np.maximum(from_now, 0)
+    else:
+        starts = np.where(room >= remaining, 0, from_now)
     if int(starts.min()) < steps:
         suffix_s = np.zeros(steps + 1)  # suffix_s[t] = sum_{i>=t} d_i, summed from the end
         np.add.accumulate(durations[::-1], out=suffix_s[-2::-1])
-        internal_now = np.maximum(0, held - final)
+        # internal now: sum of max(0, held - final) (no one is past its final length); over every live
+        # sequence without forks that is the allocator's running total, the same integer
+        if not alloc._num_cow_flagged and seq_ids.size == alloc._num_live:
+            internal_now_sum = alloc._never_tokens
+        else:
+            internal_now_sum = np.maximum(0, held - final).sum()
         internal_delta = float(
-            (tail * suffix_s[np.minimum(starts, steps)]).sum() - internal_now.sum() * total_s
+            (tail * suffix_s[np.minimum(starts, steps)]).sum() - internal_now_sum * total_s
         )
     else:  # nobody holds or reaches its final block: every term is 0
         internal_delta = 0.0

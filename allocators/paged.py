@@ -84,9 +84,15 @@ class PagedAllocator:
         self._block_content: dict[int, list[Hashable]] = {}  # block -> ledger keys it holds
         self._has_content = np.zeros(self.num_blocks, dtype=bool)
         self.live = np.zeros(0, dtype=bool)
+        self._num_live = 0  # live.sum(), kept in step (the jump integral asks whether ids are all live)
         self.lengths_tokens = np.zeros(0, dtype=np.int64)
         self.num_seq_blocks = np.zeros(0, dtype=np.int64)
         self.final_tokens = np.zeros(0, dtype=np.int64)
+        # slots after the final token in its block, (-final) % block_size: fixed per sequence, kept so
+        # the jump integral need not recompute it every jump; final_block_from_tokens = final + tail -
+        # block_size + 1, the length at which the block holding the final token is appended
+        self.final_tail_tokens = np.zeros(0, dtype=np.int64)
+        self.final_block_from_tokens = np.zeros(0, dtype=np.int64)
         self.prefix_hit = np.zeros(0, dtype=np.int64)
         self.cow_flag = np.zeros(0, dtype=bool)  # last block may be a shared partial block (forks)
         self._num_cow_flagged = 0
@@ -115,6 +121,8 @@ class PagedAllocator:
         "lengths_tokens": 0,
         "num_seq_blocks": 0,
         "final_tokens": 0,
+        "final_tail_tokens": 0,
+        "final_block_from_tokens": 0,
         "prefix_hit": 0,
         "cow_flag": False,
         "table_slot": -1,
@@ -159,14 +167,21 @@ class PagedAllocator:
         if not (0 <= seq_id < self.live.shape[0] and self.live[seq_id]):
             raise RuntimeError(f"seq id {seq_id} is not live in {self.name}")
 
+    def _set_final(self, seq_id: int, final: int) -> None:
+        """Store a new sequence's final length and the fixed quantities the jump integral derives from it."""
+        tail = -final % self.block_size
+        self.final_tokens[seq_id] = final
+        self.final_tail_tokens[seq_id] = tail
+        self.final_block_from_tokens[seq_id] = final + tail - self.block_size + 1
+
     # ---- running totals and growth limits ------------------------------------------------------
     def _count_in(self, seq_id: int, sign: int) -> None:
         """Add (sign 1) or remove (sign -1) one live sequence's share of the running totals."""
-        length = int(self.lengths_tokens[seq_id])
-        held = int(self.num_seq_blocks[seq_id]) * self.block_size
+        length = self.lengths_tokens.item(seq_id)
+        held = self.num_seq_blocks.item(seq_id) * self.block_size
         self._stored_tokens += sign * length
         self._held_slots += sign * held
-        self._never_tokens += sign * max(0, held - max(int(self.final_tokens[seq_id]), length))
+        self._never_tokens += sign * max(0, held - max(self.final_tokens.item(seq_id), length))
 
     def _totals_of(self, seq_ids: np.ndarray) -> tuple[int, int, int]:
         """(tokens, held slots, never-filled slots) of these sequences, for updating the totals."""
@@ -253,6 +268,8 @@ class PagedAllocator:
 
     def demand_tokens(self, seq: SeqSpec) -> int:
         """Blocks the prompt needs from the free pool (not already live-shared) x block_size."""
+        if not _has_named_content(seq):  # nothing shareable: every prompt block (asked per arrival)
+            return -(-seq.prompt_tokens // self.block_size) * self.block_size
         return self._blocks_from_free(seq) * self.block_size
 
     def rejection_reason(self, seq: SeqSpec) -> str:
@@ -267,6 +284,8 @@ class PagedAllocator:
         self._check_new(seq.seq_id)
         if self.max_model_len is not None and seq.prompt_tokens > self.max_model_len:
             return False
+        if not _has_named_content(seq):
+            return self._admit_plain(seq)
         keys, hits = self._prefix_hits(seq)
         prompt_blocks = int(ceil_div(seq.prompt_tokens, self.block_size))
         hit_blocks = np.asarray(hits, dtype=np.int64) if hits else _EMPTY_IDS
@@ -300,12 +319,54 @@ class PagedAllocator:
             row[: hit_blocks.size] = hit_blocks
         row[hit_blocks.size : prompt_blocks] = new_blocks
         self.live[sid] = True
+        self._num_live += 1
         self.lengths_tokens[sid] = seq.prompt_tokens
         self.num_seq_blocks[sid] = prompt_blocks
-        self.final_tokens[sid] = seq.final_tokens
+        self._set_final(sid, seq.final_tokens)
         self.prefix_hit[sid] = hit_blocks.size * self.block_size
         self._count_in(sid, 1)
         self._set_limits_of(sid)
+        return True
+
+    def _admit_plain(self, seq: SeqSpec) -> bool:
+        """`admit` for a prompt with no named content (most requests), in Python scalars.
+
+        Why: with nothing to share or cache there are no hits, pieces or keys, so admission is a
+        block allocation plus a few scalar stores; this does exactly what the general path does for
+        such a prompt (same blocks, totals and limits) without its array and helper calls.
+        """
+        bs = self.block_size
+        sid = seq.seq_id
+        prompt = seq.prompt_tokens
+        prompt_blocks = -(-prompt // bs)
+        if prompt_blocks > self.pool.queue.num_free:
+            return False
+        new_blocks = self.pool.allocate(prompt_blocks)
+        self._ensure_rows(sid)
+        self._ensure_columns(prompt_blocks)
+        slot = self._take_slot(sid)  # may grow self._tables: index after
+        self._tables[slot, :prompt_blocks] = new_blocks
+        final = seq.final_tokens
+        self.live[sid] = True
+        self._num_live += 1
+        self.lengths_tokens[sid] = prompt
+        self.num_seq_blocks[sid] = prompt_blocks
+        self.final_tokens[sid] = final
+        tail = -final % bs
+        self.final_tail_tokens[sid] = tail
+        self.final_block_from_tokens[sid] = final + tail - bs + 1
+        self.prefix_hit[sid] = 0
+        # _count_in(sid, 1) and _set_limits_of(sid), from the values just stored
+        held = prompt_blocks * bs
+        self._stored_tokens += prompt
+        self._held_slots += held
+        self._never_tokens += max(0, held - max(final, prompt))
+        cap = final if self.max_model_len is None else min(final, self.max_model_len)
+        quiet = min(held, cap)
+        if self._num_cow_flagged and self.cow_flag[sid]:
+            quiet, cap = prompt, -1
+        self.quiet_limit_tokens[sid] = quiet
+        self._lean_cap_tokens[sid] = cap
         return True
 
     # ---- growth ------------------------------------------------------------------------------
@@ -352,14 +413,19 @@ class PagedAllocator:
             return _EMPTY_IDS
         lengths = self.lengths_tokens[seq_ids]
         grown_lengths = lengths + num_tokens
-        eventful = (grown_lengths > self.quiet_limit_tokens[seq_ids]).nonzero()[0]
+        eventful = grown_lengths > self.quiet_limit_tokens[seq_ids]  # a mask: one index op per use
         self.lengths_tokens[seq_ids] = grown_lengths
         self._stored_tokens += seq_ids.size * num_tokens
-        if eventful.size == 0:
-            return _EMPTY_IDS
         event_ids = seq_ids[eventful]
-        if num_tokens <= self.block_size and self._append_lean(event_ids, grown_lengths[eventful]):
+        if event_ids.size == 0:
             return _EMPTY_IDS
+        if num_tokens <= self.block_size:
+            # the few-crossings case is called directly (it is most grows): no extra call layer
+            if event_ids.size <= _LEAN_LOOP_MAX:
+                if self._append_lean_few(event_ids.tolist()):
+                    return _EMPTY_IDS
+            elif self._append_lean(event_ids, grown_lengths[eventful]):
+                return _EMPTY_IDS
         # undo the eventful sequences' growth and redo it under the general rule
         self.lengths_tokens[event_ids] = lengths[eventful]
         self._stored_tokens -= event_ids.size * num_tokens
@@ -372,8 +438,6 @@ class PagedAllocator:
         length or max_model_len, so it crossed exactly one block boundary: growth <= block_size)
         and the pool has a block for each. Returns False, having changed nothing, otherwise.
         """
-        if seq_ids.size <= _LEAN_LOOP_MAX:
-            return self._append_lean_few(seq_ids.tolist(), grown_lengths.tolist())
         caps = self._lean_cap_tokens[seq_ids]
         if seq_ids.size > self.pool.num_free or not (grown_lengths <= caps).all():
             return False
@@ -389,40 +453,50 @@ class PagedAllocator:
         self.quiet_limit_tokens[seq_ids] = np.minimum(held, caps)
         return True
 
-    def _append_lean_few(self, seq_ids: list[int], grown_lengths: list[int]) -> bool:
+    def _append_lean_few(self, seq_ids: list[int]) -> bool:
         """`_append_lean` for a handful of sequences, in Python scalars (same blocks, same order).
 
         Why a loop: a decode step usually has only one or two sequences crossing a block boundary,
         and ~20 small-array NumPy calls cost more than a few scalar updates each. This loops over
-        the crossing sequences only (at most _LEAN_LOOP_MAX), never over the batch.
+        the crossing sequences only (at most _LEAN_LOOP_MAX), never over the batch. The pool's
+        scalar pop is inlined (`BlockPool.allocate_few`): this runs on nearly every decode step.
         """
-        caps = self._lean_cap_tokens
-        if len(seq_ids) > self.pool.num_free:
+        count = len(seq_ids)
+        pool = self.pool
+        if count > pool.queue.num_free:
             return False
-        seq_caps = [caps.item(seq_id) for seq_id in seq_ids]
-        for length, cap in zip(grown_lengths, seq_caps, strict=True):
-            if length > cap:
+        caps, lengths = self._lean_cap_tokens, self.lengths_tokens  # lengths: already grown
+        seq_caps = []
+        for seq_id in seq_ids:
+            cap = caps.item(seq_id)
+            if lengths.item(seq_id) > cap:
                 return False
+            seq_caps.append(cap)
         bs = self.block_size
-        blocks = self.pool.allocate_few(len(seq_ids))
-        num_blocks, slots, final, quiet = (
+        blocks = pool.allocate_few(count)
+        num_blocks, slots, final, quiet, tables = (
             self.num_seq_blocks,
             self.table_slot,
             self.final_tokens,
             self.quiet_limit_tokens,
+            self._tables,
         )
         never = 0
         for seq_id, block, cap in zip(seq_ids, blocks, seq_caps, strict=True):
             have = num_blocks.item(seq_id)
-            if have >= self._tables.shape[1]:
+            if have >= tables.shape[1]:
                 self._ensure_columns(have + 1)
-            self._tables[slots.item(seq_id), have] = block
+                tables = self._tables
+            tables[slots.item(seq_id), have] = block
             num_blocks[seq_id] = have + 1
             held = (have + 1) * bs
             # below the final length before, so nothing was never-filled; now the final block may be held
-            never += max(0, held - final.item(seq_id))
-            quiet[seq_id] = min(held, cap)
-        self._held_slots += len(seq_ids) * bs
+            # (conditional expressions, not max/min: this loop runs for every block a decode step takes)
+            seq_final = final.item(seq_id)
+            if held > seq_final:
+                never += held - seq_final
+            quiet[seq_id] = held if held < cap else cap
+        self._held_slots += count * bs
         self._never_tokens += never
         return True
 
@@ -535,18 +609,20 @@ class PagedAllocator:
     def release(self, seq_id: int) -> None:
         self._check_live(seq_id)
         self._count_in(seq_id, -1)
-        count = int(self.num_seq_blocks[seq_id])
-        slot = int(self.table_slot[seq_id])
+        count = self.num_seq_blocks.item(seq_id)
+        slot = self.table_slot.item(seq_id)
         blocks = self._tables[slot, :count][::-1].astype(np.int64)  # tail first: evicted first
         freed = self.pool.release(blocks)
-        self._drop_content(freed)
+        if self._block_content:  # as _drop_content, without the call when nothing is named
+            self._drop_content(freed)
         self._tables[slot, :count] = -1
         self._free_slots.append(slot)
         self.table_slot[seq_id] = -1
-        if self.cow_flag[seq_id]:
+        if self._num_cow_flagged and self.cow_flag.item(seq_id):
             self.cow_flag[seq_id] = False
             self._num_cow_flagged -= 1
         self.live[seq_id] = False
+        self._num_live -= 1
         self.lengths_tokens[seq_id] = 0
         self.num_seq_blocks[seq_id] = 0
         self.quiet_limit_tokens[seq_id] = 0  # a dead id is never quiet: growing it takes the general path
@@ -580,9 +656,10 @@ class PagedAllocator:
         slot = self._take_slot(sid)
         self._tables[slot, :count] = child_blocks
         self.live[sid] = True
+        self._num_live += 1
         self.lengths_tokens[sid] = length
         self.num_seq_blocks[sid] = count
-        self.final_tokens[sid] = child.final_tokens
+        self._set_final(sid, child.final_tokens)
         self.prefix_hit[sid] = min(length, child.prompt_tokens)
         self._count_in(sid, 1)
         self._set_limits(np.array([parent_id, sid], dtype=np.int64))  # either may now be copy-on-write
@@ -606,18 +683,21 @@ class PagedAllocator:
         else:
             internal = self._never_tokens
             reservation = self._held_slots - self._stored_tokens - internal
-        used_blocks = self.num_blocks - self.pool.num_free
-        stored = used_blocks * bs - reservation - internal
+        pool = self.pool
+        num_free = pool.queue.num_free  # pool.num_free without the property (the engine asks every turn)
+        stored = (self.num_blocks - num_free) * bs - reservation - internal
         duplicated = self._ledger.duplicated_tokens
+        # positional, in field order (capacity, token_states, reservation, internal, external,
+        # duplicated, free, cached): cheaper than keywords on this per-turn path
         return MemoryBreakdown(
-            capacity=self.capacity_tokens,
-            token_states=stored - duplicated,
-            reservation=reservation,
-            internal=internal,
-            external=self.capacity_tokens - self.num_blocks * bs,
-            duplicated=duplicated,
-            free=self.pool.num_free * bs,
-            cached=self.pool.num_cached * bs,
+            self.capacity_tokens,
+            stored - duplicated,
+            reservation,
+            internal,
+            self.capacity_tokens - self.num_blocks * bs,
+            duplicated,
+            num_free * bs,
+            pool.num_cached * bs,
         )
 
     def _scan_held(self) -> tuple[int, int]:
@@ -644,23 +724,10 @@ class PagedAllocator:
                 never[positions[repeat]] = 0
         return int(will.sum()), int(never.sum())
 
-    def breakdown_integral(
-        self,
-        seq_ids: np.ndarray,
-        durations_s: np.ndarray,
-        next_demand_tokens: int = 0,
-        *,
-        first: MemoryBreakdown | None = None,
-        total_s: float | None = None,
-    ) -> dict[str, float]:
-        """sum_i durations_s[i] x breakdown part after growing `seq_ids` by i tokens (the engine's jump hook).
-
-        Exact, without growing anything; see jump_integral.py for the closed forms. `first` and
-        `total_s` (the breakdown now, durations_s.sum()) may be passed when already known.
-        """
-        return paged_breakdown_integral(
-            self, seq_ids, durations_s, next_demand_tokens, first=first, total_s=total_s
-        )
+    # sum_i durations_s[i] x breakdown part after growing `seq_ids` by i tokens (the engine's jump hook):
+    # exact, without growing anything; see jump_integral.py for the closed forms. Bound directly as a
+    # method (self is its `alloc`), so a jump pays no wrapper call; `first` and `total_s` may be passed.
+    breakdown_integral = paged_breakdown_integral
 
     def layout(self) -> Layout:
         ids = self.live_seq_ids()

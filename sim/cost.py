@@ -121,6 +121,19 @@ def profile_ratio(profile: dict[str, Any], block_size: int, kernel: str = "atten
 # The cost model
 
 
+_FLOAT_ARANGE = np.arange(1024, dtype=np.float64)
+_FLOAT_ARANGE.flags.writeable = False
+
+
+def _float_arange(count: int) -> np.ndarray:
+    """np.arange(count, dtype=float64) as a read-only view of a cached array (one per jump otherwise)."""
+    global _FLOAT_ARANGE
+    if count > _FLOAT_ARANGE.size:
+        _FLOAT_ARANGE = np.arange(max(count, 2 * _FLOAT_ARANGE.size), dtype=np.float64)
+        _FLOAT_ARANGE.flags.writeable = False
+    return _FLOAT_ARANGE[:count]
+
+
 def _sum_linear(first: int, stop: int, intercept: float, slope: float) -> float:
     """sum of (intercept + slope * i) for i in [first, stop)."""
     count = stop - first
@@ -350,7 +363,7 @@ class CostModel:
         """Each of the k steps' durations (vectorised), for recording a jump step by step if needed."""
         if k <= 0 or num_decode_seqs <= 0:
             return np.zeros(max(0, k), dtype=np.float64)
-        steps = np.arange(k, dtype=np.float64)
+        steps = _float_arange(k)
         pieces = [
             piece
             for piece in self._decode_pieces(num_decode_seqs, context_tokens_sum, k)

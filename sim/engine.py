@@ -261,6 +261,18 @@ class Engine:
     def _arrivals(self):  # noqa: ANN202 - a SimPy generator
         """Arrival process: sleep until the next arrival, release it into the queue, wake an idle server."""
         env, source = self.env, self.source
+        if not source.closed:
+            # Open loop (one wake per request): nothing pushes arrivals (request_done does only in a
+            # closed loop), so the sleep is never interrupted and needs none of the bookkeeping below.
+            enqueue = self.sched.enqueue
+            while not source.exhausted:
+                next_s = source.peek_s()
+                if next_s > env.now:
+                    yield env.timeout(next_s - env.now)
+                for arrival_s, req in source.pop_due(env.now):
+                    enqueue(req, arrival_s)
+                self._wake_server()
+            return
         while not source.exhausted:
             next_s = source.peek_s()
             if next_s == math.inf:  # closed loop: nobody sends until a request ends
@@ -313,13 +325,14 @@ class Engine:
                 continue
 
             self.turns += 1
-            n_dec = sched.num_decode
-            ctx0 = sched.decode_context_tokens()
+            n_dec = len(sched.decode)
             it0 = sched.it
+            ctx0 = sched.kv_off_sum + n_dec * it0  # sched.decode_context_tokens(), inlined (every turn)
             iterations, step_durations = 1, None
-            if multi_step and plan.decode_only:
+            if multi_step and not plan.chunks and not plan.swap_tokens:  # plan.decode_only
                 iterations, step_durations = self._jump_length(now, n_dec, ctx0)
-            demand = sched.next_demand_tokens()
+            # nobody queued (most turns): no head-of-queue demand, without the call
+            demand = sched.next_demand_tokens() if sched.waiting or sched.swapped else 0
             first = alloc.breakdown(demand)
             if step_durations is None:
                 duration = cost.step_time_s(plan.prefill_tokens, n_dec, ctx0, plan.prefill_context_tokens)
@@ -345,7 +358,6 @@ class Engine:
                     integrals.add_linear(first, last, iterations, duration, index_weighted)
             num_seqs = sched.num_seqs
             integrals.add_running(num_seqs, duration)
-            queue_length = sched.queue_length
             if recorder.seen % recorder.stride == 0:
                 recorder.offer(
                     now,
@@ -354,7 +366,7 @@ class Engine:
                         it0,
                         n_dec + len(plan.chunks),
                         num_seqs,
-                        queue_length,
+                        sched.queue_length,
                         plan.prefill_tokens,
                         n_dec * iterations,
                         first.capacity,

@@ -272,6 +272,9 @@ class Scheduler:
 
     def schedule(self, now_s: float) -> StepPlan:
         """Fill this step: swap-ins, running prefill chunks, then FCFS admissions within the limits."""
+        if not (self.waiting or self.swapped or self.prefilling or self.pending_swap_out_tokens):
+            # Nothing to add (the jump turns between arrivals): a decode-only plan, without the work below.
+            return StepPlan()
         plan = StepPlan()
         if self.swapped:
             self._swap_in(now_s, plan)
@@ -417,7 +420,7 @@ class Scheduler:
         log.total_generated_tokens += len(self.decode) * iterations
         # Prefill chunks: groups that completed sample their first token now.
         completed: list[PrefillGroup] = []
-        for group, chunk in plan.chunks:
+        for group, chunk in plan.chunks:  # (none in a decode-only step)
             group.compute_left -= chunk
             group.context_tokens += chunk
             log.total_prefill_tokens += chunk
