@@ -20,7 +20,7 @@ from allocators.holes import hole_stats_from_sizes
 from allocators.ledger import DuplicateLedger
 from allocators.placement import Placement, next_pow2
 from allocators.prefix_keys import prompt_segments
-from allocators.seq_arrays import ensure_rows
+from allocators.seq_arrays import check_live_seq, check_new_seq, ensure_rows
 
 ReservationPolicy = Callable[[SeqSpec], int]
 
@@ -97,16 +97,6 @@ class SlabAllocator:
     def _ensure_rows(self, seq_id: int) -> None:
         ensure_rows(self, seq_id, self._ROW_FILLS)
 
-    def _check_new(self, seq_id: int) -> None:
-        if seq_id < 0:
-            raise RuntimeError(f"seq id must be >= 0, got {seq_id}")
-        if seq_id < self.live.shape[0] and self.live[seq_id]:
-            raise RuntimeError(f"seq id {seq_id} is already live in {self.name}")
-
-    def _check_live(self, seq_id: int) -> None:
-        if not (0 <= seq_id < self.live.shape[0] and self.live[seq_id]):
-            raise RuntimeError(f"seq id {seq_id} is not live in {self.name}")
-
     # ---- protocol ------------------------------------------------------------------------
     def reservation_tokens(self, seq: SeqSpec) -> int:
         """Slots the policy asks for (before placement rounding)."""
@@ -126,7 +116,7 @@ class SlabAllocator:
         return ""
 
     def admit(self, seq: SeqSpec) -> bool:
-        self._check_new(seq.seq_id)
+        check_new_seq(self, seq.seq_id)
         request = self._reserve(seq)
         if seq.prompt_tokens > request:
             return False
@@ -170,7 +160,7 @@ class SlabAllocator:
         return max(0, min(int(limit), headroom))
 
     def release(self, seq_id: int) -> None:
-        self._check_live(seq_id)
+        check_live_seq(self, seq_id)
         self.placement.free(int(self.offsets_tokens[seq_id]), int(self.reserved_tokens[seq_id]))
         for key in self._content_keys.pop(seq_id):
             self._ledger.remove(key)
@@ -180,8 +170,8 @@ class SlabAllocator:
 
     def fork(self, parent_id: int, child: SeqSpec) -> bool:
         """The child gets its own slab (per the policy) and a copy of the parent's tokens."""
-        self._check_live(parent_id)
-        self._check_new(child.seq_id)
+        check_live_seq(self, parent_id)
+        check_new_seq(self, child.seq_id)
         parent_length = int(self.lengths_tokens[parent_id])
         request = self._reserve(child)
         if parent_length > self.placement.slab_tokens(request):

@@ -34,7 +34,7 @@ from allocators.holes import uniform_hole_stats
 from allocators.jump_integral import paged_breakdown_integral
 from allocators.ledger import DuplicateLedger
 from allocators.prefix_keys import block_pieces, full_block_keys
-from allocators.seq_arrays import ceil_div, ensure_rows, grown
+from allocators.seq_arrays import ceil_div, check_live_seq, check_new_seq, ensure_rows, grown
 
 _EMPTY_IDS = np.zeros(0, dtype=np.int64)
 # Up to this many sequences crossing a block boundary in one grow are served by a scalar loop
@@ -157,16 +157,6 @@ class PagedAllocator:
         """Physical block ids of a live sequence, in order (a copy)."""
         return self._tables[self.table_slot[seq_id], : self.num_seq_blocks[seq_id]].astype(np.int64)
 
-    def _check_new(self, seq_id: int) -> None:
-        if seq_id < 0:
-            raise RuntimeError(f"seq id must be >= 0, got {seq_id}")
-        if seq_id < self.live.shape[0] and self.live[seq_id]:
-            raise RuntimeError(f"seq id {seq_id} is already live in {self.name}")
-
-    def _check_live(self, seq_id: int) -> None:
-        if not (0 <= seq_id < self.live.shape[0] and self.live[seq_id]):
-            raise RuntimeError(f"seq id {seq_id} is not live in {self.name}")
-
     def _set_final(self, seq_id: int, final: int) -> None:
         """Store a new sequence's final length and the fixed quantities the jump integral derives from it."""
         tail = -final % self.block_size
@@ -281,7 +271,7 @@ class PagedAllocator:
         return ""
 
     def admit(self, seq: SeqSpec) -> bool:
-        self._check_new(seq.seq_id)
+        check_new_seq(self, seq.seq_id)
         if self.max_model_len is not None and seq.prompt_tokens > self.max_model_len:
             return False
         if not _has_named_content(seq):
@@ -607,7 +597,7 @@ class PagedAllocator:
 
     # ---- release and fork -------------------------------------------------------------------
     def release(self, seq_id: int) -> None:
-        self._check_live(seq_id)
+        check_live_seq(self, seq_id)
         self._count_in(seq_id, -1)
         count = self.num_seq_blocks.item(seq_id)
         slot = self.table_slot.item(seq_id)
@@ -630,8 +620,8 @@ class PagedAllocator:
 
     def fork(self, parent_id: int, child: SeqSpec) -> bool:
         """Child shares every parent block (refcount+1); copy-on-write happens at the first write."""
-        self._check_live(parent_id)
-        self._check_new(child.seq_id)
+        check_live_seq(self, parent_id)
+        check_new_seq(self, child.seq_id)
         count = int(self.num_seq_blocks[parent_id])
         length = int(self.lengths_tokens[parent_id])
         parent_blocks = self.block_table_of(parent_id)

@@ -36,6 +36,22 @@ def ensure_rows(owner: object, seq_id: int, fills: Mapping[str, int | bool]) -> 
         setattr(owner, name, grown(getattr(owner, name), rows, fill))
 
 
+def check_new_seq(owner: object, seq_id: int) -> None:
+    """Refuse a seq id that is negative or already live: an engine bug, never a user error."""
+    if seq_id < 0:
+        raise RuntimeError(f"seq id must be >= 0, got {seq_id}")
+    live = owner.live  # type: ignore[attr-defined]
+    if seq_id < live.shape[0] and live[seq_id]:
+        raise RuntimeError(f"seq id {seq_id} is already live in {owner.name}")  # type: ignore[attr-defined]
+
+
+def check_live_seq(owner: object, seq_id: int) -> None:
+    """Refuse a seq id that is not live: releasing or forking an unknown sequence is an engine bug."""
+    live = owner.live  # type: ignore[attr-defined]
+    if not (0 <= seq_id < live.shape[0] and live[seq_id]):
+        raise RuntimeError(f"seq id {seq_id} is not live in {owner.name}")  # type: ignore[attr-defined]
+
+
 def ceil_div(numer: np.ndarray | int, denom: int) -> np.ndarray | int:
     """Ceiling division for non-negative ints (arrays or scalars)."""
     return -(-numer // denom)
