@@ -1,0 +1,128 @@
+"""Prove that a refactor or speed-up kept every result: save the tables once, then compare exactly.
+
+Why: a restructure (or an optimisation of the engine) must leave the requests and steps tables and
+the summary metrics identical, not "close". This script runs a fixed set of scenarios through
+`sim.compare` and either writes their outputs (`--save DIR`, run on the code *before* the change)
+or compares them with what the current code produces (`--check DIR`): `requests` and `steps` with
+`pandas.testing.assert_frame_equal(check_exact=True)`, and `summary.json`'s metrics and scenario
+with `==`, apart from wall times.
+
+The scenarios:
+- `default`: the embedded default (`kvsim compare`), every default allocator, 400 requests;
+- `stress`: chat-system-prompt with prefix caching, n=2 parallel samples, swap preemption and a
+  cache small enough to preempt often (paged, request_limit:oracle:buddy, virtual).
+
+Run:
+    .venv/bin/python -P benchmarks/results_identity.py --save /tmp/kvsim-before    # on the old code
+    .venv/bin/python -P benchmarks/results_identity.py --check /tmp/kvsim-before   # on the new code
+Exit status 0 when identical, 1 with the first difference otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+import sim  # noqa: E402  (after the sys.path fix above)
+
+WALL_KEYS = ("wall_s",)
+
+
+def _default_scenario():  # noqa: ANN202 - returns sim.Scenario
+    """The embedded default scenario, wherever the running layout keeps it."""
+    try:
+        from sim.scenario import default_scenario
+    except ImportError:  # the flat layout before the restructure
+        from sim.config import default_scenario  # type: ignore[no-redef]
+    return default_scenario()
+
+
+def scenarios() -> dict[str, tuple[object, list[str] | None]]:
+    """Name -> (scenario, allocators or None for compare's defaults)."""
+    base = _default_scenario()
+    default = base.with_overrides(num_prompts=400)
+    stress = base.with_overrides(
+        name="stress",
+        num_prompts=300,
+        kv_cache_memory="2GiB",
+        enable_prefix_caching=True,
+        preemption_mode="swap",
+        **{"workload.source": "chat-system-prompt", "workload.request_rate": 6.0, "workload.params": {"n": 2}},
+    )
+    return {
+        "default": (default, None),
+        "stress": (stress, ["paged", "request_limit:oracle:buddy", "virtual"]),
+    }
+
+
+def _runs(scenario: object, allocators: list[str] | None) -> dict[str, object]:
+    if allocators is None:
+        return sim.compare(scenario)
+    return sim.compare(scenario, allocators=allocators)
+
+
+def _comparable_summary(summary: dict) -> dict:
+    """The parts of summary.json that must not change: scenario and metrics without wall times."""
+    metrics = {k: v for k, v in summary["metrics"].items() if k not in WALL_KEYS}
+    return {"scenario": summary["scenario"], "metrics": metrics, "allocator": summary.get("allocator")}
+
+
+def save(folder: Path) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, (scenario, allocators) in scenarios().items():
+        for label, run in _runs(scenario, allocators).items():
+            out = folder / name / label.replace(":", "_")
+            out.mkdir(parents=True, exist_ok=True)
+            run.requests.to_parquet(out / "requests.parquet")
+            run.steps.to_parquet(out / "steps.parquet")
+            (out / "summary.json").write_text(json.dumps(_comparable_summary(run.summary), sort_keys=True))
+            print(f"saved {name}/{label}: {len(run.requests)} requests, {len(run.steps)} steps")
+
+
+def check(folder: Path) -> int:
+    for name, (scenario, allocators) in scenarios().items():
+        for label, run in _runs(scenario, allocators).items():
+            out = folder / name / label.replace(":", "_")
+            if not out.is_dir():
+                print(f"DIFFERENT {name}/{label}: not in the saved set {folder}")
+                return 1
+            try:
+                pd.testing.assert_frame_equal(
+                    run.requests, pd.read_parquet(out / "requests.parquet"), check_exact=True
+                )
+                pd.testing.assert_frame_equal(run.steps, pd.read_parquet(out / "steps.parquet"), check_exact=True)
+            except AssertionError as exc:
+                print(f"DIFFERENT {name}/{label}: {str(exc).splitlines()[0]}")
+                return 1
+            saved = json.loads((out / "summary.json").read_text())
+            now = json.loads(json.dumps(_comparable_summary(run.summary), sort_keys=True))
+            if saved != now:
+                keys = sorted(k for k in now["metrics"] if now["metrics"][k] != saved["metrics"].get(k))
+                print(f"DIFFERENT {name}/{label}: summary differs (metrics {keys[:5]} or scenario)")
+                return 1
+            print(f"identical {name}/{label}: {len(run.requests)} requests, {len(run.steps)} steps")
+    return 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    group = parser.add_mutually_exclusive_group(required=True)
+    group.add_argument("--save", type=Path, help="write the current code's outputs here")
+    group.add_argument("--check", type=Path, help="compare the current code's outputs with these")
+    args = parser.parse_args()
+    if args.save:
+        save(args.save)
+        return 0
+    return check(args.check)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
