@@ -63,8 +63,8 @@ def main() -> None:
     parser.add_argument("--stepping", action="store_true", help="also time multi_step=False (slow)")
     args = parser.parse_args()
 
-    from sim.config import Scenario, WorkloadSpec
-    from sim.simulation import simulate
+    from sim.api import simulate
+    from sim.scenario.scenario import Scenario, WorkloadSpec
 
     if AZURE_CONV.is_file():
         params = {"lengths": f"empirical(source='{AZURE_CONV}')"}

@@ -41,7 +41,7 @@ def _default_scenario():  # noqa: ANN202 - returns sim.Scenario
     try:
         from sim.scenario import default_scenario
     except ImportError:  # the flat layout before the restructure
-        from sim.config import default_scenario  # type: ignore[no-redef]
+        from sim.scenario.scenario import default_scenario  # type: ignore[no-redef]
     return default_scenario()
 
 
@@ -55,7 +55,11 @@ def scenarios() -> dict[str, tuple[object, list[str] | None]]:
         kv_cache_memory="2GiB",
         enable_prefix_caching=True,
         preemption_mode="swap",
-        **{"workload.source": "chat-system-prompt", "workload.request_rate": 6.0, "workload.params": {"n": 2}},
+        **{
+            "workload.source": "chat-system-prompt",
+            "workload.request_rate": 6.0,
+            "workload.params": {"n": 2},
+        },
     )
     return {
         "default": (default, None),
@@ -98,7 +102,9 @@ def check(folder: Path) -> int:
                 pd.testing.assert_frame_equal(
                     run.requests, pd.read_parquet(out / "requests.parquet"), check_exact=True
                 )
-                pd.testing.assert_frame_equal(run.steps, pd.read_parquet(out / "steps.parquet"), check_exact=True)
+                pd.testing.assert_frame_equal(
+                    run.steps, pd.read_parquet(out / "steps.parquet"), check_exact=True
+                )
             except AssertionError as exc:
                 print(f"DIFFERENT {name}/{label}: {str(exc).splitlines()[0]}")
                 return 1

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from sim.sweeping import sweep
+from sim.sweeps.runner import sweep
 
 # The allocators whose cells cost about the same (contiguous cells are 4x cheaper and would leave
 # one core idle at the end); 2 x 4 x 2 = 16 cells.

@@ -1,4 +1,5 @@
-"""kvsim's simulator package: engine, scheduler, cost model, metrics, results, sweeps, reports, CLI.
+"""kvsim's simulator package, one subpackage per layer: core (engine, scheduler, metrics), scenario
+(config, presets, cost model), sweeps, planning, reports and cli; `api` is the facade.
 
 The public API is re-exported lazily so that `import sim` stays cheap (the CLI starts fast) and so
 that each function lives in the one module whose job it is.
@@ -12,15 +13,15 @@ from typing import Any
 __version__ = "0.1.0"
 
 _EXPORTS: dict[str, str] = {
-    "Scenario": "sim.config",
-    "simulate": "sim.simulation",
-    "compare": "sim.simulation",
+    "Scenario": "sim.scenario.scenario",
+    "simulate": "sim.api",
+    "compare": "sim.api",
     "Run": "sim.results",
     "load_run": "sim.results",
     "write_run": "sim.results",
-    "sweep": "sim.sweeping",
-    "capacity": "sim.capacity_planning",
-    "report": "sim.reporting",
+    "sweep": "sim.sweeps.runner",
+    "capacity": "sim.planning.capacity",
+    "report": "sim.reports.report",
 }
 
 __all__ = ["__version__", *_EXPORTS]

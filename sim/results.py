@@ -20,8 +20,8 @@ from typing import Any
 
 import pandas as pd
 
+from sim.core.metrics import REQUEST_COLUMNS, STEP_COLUMNS
 from sim.errors import ResultsError
-from sim.metrics import REQUEST_COLUMNS, STEP_COLUMNS
 from sim.output_paths import check_output_dir
 
 REQUESTS_FILE = "requests.parquet"
@@ -49,7 +49,7 @@ class Run:
     requests: pd.DataFrame
     steps: pd.DataFrame
     summary: dict[str, Any]
-    layouts: list[Any] = field(default_factory=list)  # sim.engine.LayoutSnapshot, written under layouts/
+    layouts: list[Any] = field(default_factory=list)  # sim.core.engine.LayoutSnapshot, written under layouts/
     path: Path | None = None  # where it was written or loaded from
 
     @property

@@ -1,4 +1,4 @@
-"""The static waste calculator (sim/waste.py) and `kvsim waste`."""
+"""The static waste calculator (sim/planning/static_waste.py) and `kvsim waste`."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 
 from sim.cli import main
 from sim.errors import ScenarioError
-from sim.waste import SequenceLength, parse_lengths, static_waste
+from sim.planning.static_waste import SequenceLength, parse_lengths, static_waste
 
 PAPER_LENGTHS = ["180", "240", "95", "1300", "60", "410"]
 

@@ -8,9 +8,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from sim.capacity_planning import Slo, capacity
 from sim.cli import main
-from sim.config import Scenario, default_scenario
+from sim.planning.capacity import Slo, capacity
+from sim.scenario.scenario import Scenario, default_scenario
 
 STEP_S = 0.01  # every step takes 10 ms
 PROMPT_TOKENS = 32
@@ -218,7 +218,7 @@ def test_cli_capacity_bad_input_gives_one_line_and_exit_2(
     def no_workers(**kwargs: object) -> None:
         raise AssertionError("workers were started for a plan that had to be refused")
 
-    monkeypatch.setattr("sim.executors.make_executor", no_workers)
+    monkeypatch.setattr("sim.sweeps.executors.make_executor", no_workers)
     code, out, err = run_cli(["capacity", *args], capsys)
     assert code == 2 and err.startswith("error: ") and message in err and err.count("\n") == 1, err
 
@@ -273,7 +273,7 @@ def test_cli_capacity_unwritable_output_is_refused_before_any_simulation(
     def no_plan(*args: object, **kwargs: object) -> None:
         raise AssertionError("simulations started before --output was checked")
 
-    monkeypatch.setattr("sim.capacity_planning.capacity", no_plan)
+    monkeypatch.setattr("sim.planning.capacity.capacity", no_plan)
     code, out, err = run_cli(["capacity", "--slo-ttft-p99", "2s", "--output", str(output)], capsys)
     assert code == 2 and out == "" and err.count("\n") == 1
     assert err == f"error: --output {output}: {problem.format(blocker=blocker, missing=missing)}\n"
@@ -301,7 +301,7 @@ def test_caption_gives_each_rows_bracket_tolerance_and_rule(known_plan) -> None:
 
 
 def test_max_stable_rate_is_the_bisection_kvsim_capacity_runs(known_plan) -> None:
-    from sim.capacity_planning import max_stable_rate
+    from sim.planning.capacity import max_stable_rate
 
     planned = row(known_plan, "paged", 2048)
     scenario = Scenario.from_dict(KNOWN).with_overrides(allocator="paged", max_model_len=2048)

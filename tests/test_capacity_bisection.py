@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sim.capacity_planning import (
+from sim.planning.capacity import (
     CapacityError,
     Slo,
     find_max_rate,

@@ -85,13 +85,13 @@ def test_bad_input_is_one_line_and_exit_2(args: list[str], needle: str, capsys, 
 
 def test_output_folder_is_checked_before_simulating(tmp_path: Path, capsys, monkeypatch) -> None:
     """A foreign --output folder is refused before any simulation runs (run and compare)."""
-    import sim.simulation
+    import sim.api
 
     def must_not_run(*args, **kwargs):
         raise AssertionError("simulated although the output folder is refused")
 
-    monkeypatch.setattr(sim.simulation, "simulate", must_not_run)
-    monkeypatch.setattr(sim.simulation, "compare", must_not_run)
+    monkeypatch.setattr(sim.api, "simulate", must_not_run)
+    monkeypatch.setattr(sim.api, "compare", must_not_run)
     foreign = tmp_path / "mine"
     foreign.mkdir()
     (foreign / "notes.txt").write_text("keep me")
@@ -145,7 +145,7 @@ def test_vllm_workload_flags_and_generic_set_reach_the_scenario(tmp_path: Path) 
     ],
 )
 def test_set_values_are_toml_literals_or_text(text: str, value: object) -> None:
-    from sim.commands.run import parse_set_value
+    from sim.cli.run import parse_set_value
 
     assert parse_set_value(text) == value
 

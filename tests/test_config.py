@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sim.config import Scenario, check_field, default_scenario, parse_allocator, scenario_fields
 from sim.errors import ScenarioError
-from sim.presets import GPU_PRESETS, MODEL_PRESETS, gpu_preset, model_preset
-from sim.units import UnitError, format_bytes, format_duration_s, parse_bytes, parse_duration_s
+from sim.scenario.presets import GPU_PRESETS, MODEL_PRESETS, gpu_preset, model_preset
+from sim.scenario.scenario import Scenario, check_field, default_scenario, parse_allocator, scenario_fields
+from sim.scenario.units import UnitError, format_bytes, format_duration_s, parse_bytes, parse_duration_s
 
 GiB = 1024**3
 MiB = 1024**2

@@ -11,9 +11,9 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from sim.config import Scenario, default_scenario
-from sim.cost import CostModel, analytic_layout_factor, load_calibration, prefill_attention_pairs
 from sim.errors import user_error_types
+from sim.scenario.cost import CostModel, analytic_layout_factor, load_calibration, prefill_attention_pairs
+from sim.scenario.scenario import Scenario, default_scenario
 
 PROFILE = Path(__file__).resolve().parent / "data" / "calibration_small.json"
 OPT13B_WEIGHT_BYTES = 12_853_473_280 * 2

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from _engine_helpers import FakePaged, FakeSlab, LinearCost, make_requests, random_requests
 
-from sim.engine import EngineConfig, run_engine
+from sim.core.engine import EngineConfig, run_engine
 
 BIG = EngineConfig(max_num_seqs=64, max_num_batched_tokens=4096, max_model_len=4096)
 

@@ -15,8 +15,8 @@ from _engine_helpers import FakePaged, FakeSlab, LinearCost, random_requests
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sim.engine import EngineConfig, EngineResult, run_engine
-from sim.metrics import INTEGRATED_PARTS
+from sim.core.engine import EngineConfig, EngineResult, run_engine
+from sim.core.metrics import INTEGRATED_PARTS
 
 
 def assert_same_requests(jumped: pd.DataFrame, stepped: pd.DataFrame) -> None:
@@ -123,8 +123,8 @@ def test_jumps_equal_stepping_property(
 @pytest.mark.parametrize("allocator", ["paged", "contiguous", "request_limit:oracle", "virtual"])
 def test_real_allocators_jumps_equal_stepping(allocator: str) -> None:
     """The real allocators and cost model through sim.simulate, both ways, on a loaded small cache."""
-    from sim.config import default_scenario
-    from sim.simulation import simulate
+    from sim.api import simulate
+    from sim.scenario.scenario import default_scenario
 
     scenario = default_scenario().with_overrides(
         allocator=allocator, num_prompts=120, kv_cache_memory="3GiB", **{"workload.request_rate": 8.0}

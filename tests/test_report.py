@@ -18,12 +18,12 @@ from _report_helpers import (
     write_fake_run,
 )
 
-from sim import diagnosis
+from sim.reports import diagnosis
 from sim.cli import main
 from sim.errors import ResultsError
-from sim.figures import PART_COLORS, resample_steps
 from sim.output_paths import OutputPathError
-from sim.reporting import FIGURE_FILES, TABLE_COLUMNS, format_value, report
+from sim.reports.figures import PART_COLORS, resample_steps
+from sim.reports.report import FIGURE_FILES, TABLE_COLUMNS, format_value, report
 
 SHAPE_LIMITED = {"token_states": 20.0, "reservation": 10.0, "internal": 45.0, "external": 15.0}
 
@@ -255,7 +255,7 @@ def test_unwritable_report_folder_is_one_line_exit_2_before_rendering(
     def no_rendering(*args: object, **kwargs: object) -> None:
         raise AssertionError("figures rendered before the output folder was checked")
 
-    monkeypatch.setattr("sim.reporting.render_figures", no_rendering)
+    monkeypatch.setattr("sim.reports.report.render_figures", no_rendering)
     with pytest.raises(SystemExit) as exit_info:
         main(["report", str(compare_dir), "-o", str(output)])
     assert exit_info.value.code == 2
@@ -300,7 +300,7 @@ def test_publish_moves_figures_then_markdown_then_html_then_drops_stale_figures(
         moves.append((Path(dst).name, stale.exists()))
         real_replace(src, dst)
 
-    monkeypatch.setattr("sim.reporting.os.replace", recording_replace)
+    monkeypatch.setattr("sim.reports.report.os.replace", recording_replace)
     report(runs[:2], output_dir=out)  # one rate: no figure 5 any more
     names = [name for name, _ in moves]
     assert names[-2:] == ["report.md", "report.html"]
@@ -323,7 +323,7 @@ def test_crash_while_publishing_keeps_the_previous_report_readable(
             raise OSError(28, "No space left on device")
         real_replace(src, dst)
 
-    monkeypatch.setattr("sim.reporting.os.replace", failing_replace)
+    monkeypatch.setattr("sim.reports.report.os.replace", failing_replace)
     with pytest.raises(
         OutputPathError, match=r"report folder .*out: cannot write \(No space left on device\)"
     ):

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 import sim
-from sim.config import default_scenario
-from sim.reporting import report
+from sim.api import run_label
+from sim.reports.report import report
 from sim.results import write_run
-from sim.simulation import run_label
+from sim.scenario.scenario import default_scenario
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from allocators.base import BREAKDOWN_PARTS
-from sim import diagnosis
+from sim.reports import diagnosis
 
 CAPACITY_TOKENS = 10_000
 

@@ -13,11 +13,11 @@ import pytest
 from _report_helpers import CORE_FIGURES, PNG_MAGIC, assert_shown_equals, markdown_summary_rows, parse_html
 
 import sim
-from sim import diagnosis
-from sim.config import default_scenario
-from sim.reporting import TABLE_COLUMNS, report
+from sim.reports import diagnosis
+from sim.api import run_label
+from sim.reports.report import TABLE_COLUMNS, report
 from sim.results import write_run
-from sim.simulation import run_label
+from sim.scenario.scenario import default_scenario
 
 TINY_REQUESTS = 60
 

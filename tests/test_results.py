@@ -8,10 +8,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from sim.config import default_scenario
+from sim.api import compare, simulate
 from sim.errors import KvsimError, ResultsError
 from sim.results import check_run_dir, load_run, write_run
-from sim.simulation import compare, simulate
+from sim.scenario.scenario import default_scenario
 
 
 @pytest.fixture(scope="module")

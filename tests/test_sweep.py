@@ -13,10 +13,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from sim.api import simulate
 from sim.cli import main
-from sim.config import Scenario
-from sim.simulation import simulate
-from sim.sweeping import run_sweep, sweep
+from sim.scenario.scenario import Scenario
+from sim.sweeps.runner import run_sweep, sweep
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 BASE = {
@@ -225,7 +225,7 @@ def test_report_on_a_sweep_folder_reports_its_cells_with_figure_5(
 ) -> None:
     from _report_helpers import parse_html
 
-    from sim.reporting import FIGURE_FILES
+    from sim.reports.report import FIGURE_FILES
 
     table, out = local_2x2
     junk = out / "cells" / ".partial" / "deadbeef0000-1234"  # a killed worker's half-written cell
@@ -258,7 +258,7 @@ def test_a_finished_sweep_rerun_starts_no_workers(local_2x2, monkeypatch: pytest
     def no_executor(**kwargs: object) -> None:
         raise AssertionError("an executor was made for a sweep with nothing to run")
 
-    monkeypatch.setattr("sim.sweeping.make_executor", no_executor)
+    monkeypatch.setattr("sim.sweeps.runner.make_executor", no_executor)
     again, report = run_sweep(SPEC_2X2, output_dir=out, progress=False)
     assert report.ran == 0 and report.skipped == 4
     pd.testing.assert_frame_equal(again, table)
@@ -285,7 +285,7 @@ def test_unreachable_scheduler_leaves_no_sweep_folder(
     pytest.importorskip("distributed")
     import socket
 
-    from sim.executors import DaskExecutor
+    from sim.sweeps.executors import DaskExecutor
 
     with socket.socket() as probe:  # a port nobody listens on
         probe.bind(("127.0.0.1", 0))
@@ -294,7 +294,7 @@ def test_unreachable_scheduler_leaves_no_sweep_folder(
     def quick_dask(*, jobs: object, scheduler: str, dask_local: object) -> DaskExecutor:
         return DaskExecutor(scheduler=scheduler, connect_timeout_s=1.0)
 
-    monkeypatch.setattr("sim.sweeping.make_executor", quick_dask)
+    monkeypatch.setattr("sim.sweeps.runner.make_executor", quick_dask)
     spec = spec_toml(tmp_path / "ok.toml", num_prompts=10, grid='allocator = ["paged"]')
     output = tmp_path / "sweep"
     code, _, err = run_cli(

@@ -7,7 +7,13 @@ from pathlib import Path
 import _sweep_helpers as helpers
 import pytest
 
-from sim.executors import DaskExecutor, ExecutorError, LocalProcessExecutor, check_backend_args, make_executor
+from sim.sweeps.executors import (
+    DaskExecutor,
+    ExecutorError,
+    LocalProcessExecutor,
+    check_backend_args,
+    make_executor,
+)
 
 
 def test_local_pool_retries_a_task_whose_worker_died(tmp_path: Path) -> None:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from sim.sweep_spec import SweepSpecError, cell_id, parse_spec
+from sim.sweeps.spec import SweepSpecError, cell_id, parse_spec
 
 BASE = {
     "model": "OPT-13B",

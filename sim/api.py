@@ -18,11 +18,11 @@ from typing import Any
 import pandas as pd
 
 import sim
-from sim.config import Scenario
-from sim.cost import CostModel
-from sim.engine import EngineConfig, run_engine
-from sim.metrics import summarize
+from sim.core.engine import EngineConfig, run_engine
+from sim.core.metrics import summarize
 from sim.results import Run
+from sim.scenario.cost import CostModel
+from sim.scenario.scenario import Scenario
 
 # `kvsim compare` with no --allocators: the paper's contenders, same workload and seed for each.
 DEFAULT_COMPARE_ALLOCATORS: tuple[str, ...] = (

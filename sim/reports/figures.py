@@ -26,10 +26,10 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import NullFormatter
 
 from allocators.base import BREAKDOWN_PARTS
-from sim.diagnosis import step_hold_s
+from sim.reports.diagnosis import step_hold_s
 
 if TYPE_CHECKING:
-    from sim.reporting import RunLike
+    from sim.reports.report import RunLike
 
 # One colour per taxonomy part, everywhere (Okabe-Ito palette: distinguishable for colour-blind readers).
 PART_COLORS: dict[str, str] = {

@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from sim.metrics import backlog_growth_req_per_s
+from sim.core.metrics import backlog_growth_req_per_s
 
 if TYPE_CHECKING:
-    from sim.reporting import RunLike
+    from sim.reports.report import RunLike
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""`sim.reporting` (public as `sim.report`): results folders -> report.html, report.md, figures/*.png.
+"""`sim.reports.report` (public as `sim.report`): results folders -> report.html, report.md, figures/*.png.
 
 Why this shape: a report is read by people who did not run the simulation, so it must be complete or
 absent. Every folder is validated first (files, summary.json keys, table columns) and refused with
@@ -31,11 +31,11 @@ from typing import Any, Protocol
 import pandas as pd
 
 from allocators.base import BREAKDOWN_PARTS
-from sim import diagnosis, figures
 from sim.errors import ResultsError
 from sim.output_paths import check_output_dir, write_error
+from sim.reports import diagnosis, figures
 from sim.results import STEPS_FILE, SUMMARY_FILE, load_run
-from sim.sweeping import CELLS_DIR, SWEEP_TABLE
+from sim.sweeps.runner import CELLS_DIR, SWEEP_TABLE
 
 RESULT_FILES: tuple[str, ...] = ("summary.json", "requests.parquet", "steps.parquet")
 

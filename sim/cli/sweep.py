@@ -19,7 +19,7 @@ _HUMAN_SCALE = {"": 1, "k": 1000, "K": 1024, "m": 1000**2, "M": 1024**2}
 
 def parse_human_int_list(text: str, flag: str) -> list[int]:
     """'2K,4096,8k' -> [2048, 4096, 8000]: vLLM's convention (k = 1000, K = 1024)."""
-    from sim.capacity_planning import CapacityError
+    from sim.planning.capacity import CapacityError
 
     values = []
     for item in text.split(","):
@@ -64,7 +64,7 @@ def register(app: typer.Typer) -> None:
         ] = True,
     ) -> None:
         """Run every cell of a sweep (resumable: finished cells are skipped) and write sweep.parquet."""
-        from sim.sweeping import SWEEP_TABLE, run_sweep
+        from sim.sweeps.runner import SWEEP_TABLE, run_sweep
 
         table, report = run_sweep(
             spec, jobs=jobs, scheduler=scheduler, dask_local=dask_local, output_dir=output, progress=progress
@@ -154,9 +154,9 @@ def register(app: typer.Typer) -> None:
         """Per allocator: max sustainable rate, max concurrency, GPUs needed, max_model_len trade-off."""
         from rich.console import Console
 
-        from sim.capacity_planning import CapacityError, Slo, capacity, check_plan_output
-        from sim.config import Scenario, default_scenario
-        from sim.units import parse_duration_s
+        from sim.planning.capacity import CapacityError, Slo, capacity, check_plan_output
+        from sim.scenario.scenario import Scenario, default_scenario
+        from sim.scenario.units import parse_duration_s
 
         if (rate_min is None) != (rate_max is None):
             raise CapacityError("--rate-min and --rate-max go together: give both or neither")

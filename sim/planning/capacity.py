@@ -1,4 +1,4 @@
-"""`sim.capacity_planning` (public as `sim.capacity`): the planner's answers, each from real simulations.
+"""`sim.planning.capacity` (public as `sim.capacity`): the planner's answers, each from real simulations.
 
 Why simulations and not formulas: whether a rate is sustainable depends on batching, preemption,
 fragmentation and the cost model together. So every figure here is measured, and lists the runs
@@ -279,7 +279,7 @@ class PlanJob:
     allocator: str
     max_model_len: int
     tensor_parallel_size: int
-    scenario: Any  # sim.config.Scenario with allocator/max_model_len/TP applied
+    scenario: Any  # sim.scenario.scenario.Scenario with allocator/max_model_len/TP applied
     slo: Slo
     rel_tol: float
     rate_bracket: tuple[float, float] | None
@@ -318,7 +318,7 @@ def sustained_concurrency(steps: Any) -> float:
 
 def _saturation(job: PlanJob) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Peak concurrency with every request arriving at t=0 and max_num_seqs lifted out of the way."""
-    from sim.simulation import simulate
+    from sim.api import simulate
 
     base_prompts = int(job.scenario.num_prompts or 1000)
     prompts = base_prompts
@@ -369,7 +369,7 @@ def probe_rate(
     A passing run too short to judge is rerun at the same rate with more prompts (up to
     MAX_PROBE_EXTENSIONS times, PROBE_PROMPTS_CAP prompts); the last run's verdict counts.
     """
-    from sim.simulation import simulate
+    from sim.api import simulate
 
     base_prompts = int(scenario.num_prompts or 0)
     records: list[dict[str, Any]] = []
@@ -707,8 +707,8 @@ def capacity(
     computed in parallel (`jobs` processes, or Dask); a row whose simulations fail is reported in
     `failures` with its one-line error instead of stopping the plan.
     """
-    from sim.config import Scenario
-    from sim.executors import check_backend_args, make_executor
+    from sim.scenario.scenario import Scenario
+    from sim.sweeps.executors import check_backend_args, make_executor
 
     check_backend_args(jobs=jobs, scheduler=scheduler, dask_local=dask_local)
 
@@ -746,7 +746,7 @@ def capacity(
                     allocator=name, max_model_len=mml, tensor_parallel_size=tp
                 )
             except ValueError as exc:
-                from sim.sweep_spec import one_line
+                from sim.sweeps.spec import one_line
 
                 raise CapacityError(
                     f"allocator={name}, max_model_len={mml}, TP={tp}: {one_line(exc)}"
@@ -801,6 +801,6 @@ def _plan_one_safe(job: PlanJob) -> dict[str, Any]:
     try:
         return plan_one(job)
     except Exception as exc:  # noqa: BLE001
-        from sim.sweep_spec import one_line
+        from sim.sweeps.spec import one_line
 
         return {"error": f"{type(exc).__name__}: {one_line(exc)}"}

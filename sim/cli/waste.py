@@ -1,4 +1,4 @@
-"""`kvsim waste`: the static waste calculator (sim/waste.py) as a rich table or JSON.
+"""`kvsim waste`: the static waste calculator (sim/planning/static_waste.py) as a rich table or JSON.
 
 Why a command: "how much of my KV cache would these sequences waste under each allocator?" is the
 first question of the vLLM paper and of every capacity planner, and needs no simulation.
@@ -10,7 +10,7 @@ import json
 
 import typer
 
-from sim.waste import (
+from sim.planning.static_waste import (
     DEFAULT_BYTES_PER_TOKEN_PER_LAYER,
     DEFAULT_PAGE_BYTES,
     parse_lengths,

@@ -1,4 +1,4 @@
-"""`sim.sweeping` (public as `sim.sweep`): run every cell of a sweep spec, resumably, and gather one table.
+"""`sim.sweeps.runner` (public as `sim.sweep`): run every cell of a sweep spec, resumably; gather a table.
 
 Why it is built around folders: a sweep may be killed at any moment (a laptop lid, a pre-empted
 node) and must restart without losing or duplicating a cell. A cell is *done* iff its final folder
@@ -27,9 +27,9 @@ from typing import Any
 import pandas as pd
 
 from sim.errors import ResultsError
-from sim.executors import CellExecutor, check_backend_args, make_executor
 from sim.output_paths import check_output_dir
-from sim.sweep_spec import Cell, SweepSpec, SweepSpecError, one_line, parse_spec
+from sim.sweeps.executors import CellExecutor, check_backend_args, make_executor
+from sim.sweeps.spec import Cell, SweepSpec, SweepSpecError, one_line, parse_spec
 
 PARTIAL_DIR = ".partial"
 LOCK_FILE = ".lock"
@@ -44,7 +44,7 @@ class CellTask:
     """What a worker needs to run one cell (picklable: it crosses process and network boundaries)."""
 
     cell_id: str
-    scenario: Any  # sim.config.Scenario
+    scenario: Any  # sim.scenario.scenario.Scenario
     cells_dir: str  # absolute path of results/<sweep>/cells
     write_in_worker: bool  # False for a remote Dask cluster: the run travels back and is written here
 
@@ -99,7 +99,7 @@ def execute_cell(task: CellTask) -> CellResult:
     if (cells_dir / task.cell_id / SUMMARY_FILE).is_file():
         return CellResult(task.cell_id, ok=True)
     try:
-        from sim.simulation import simulate
+        from sim.api import simulate
 
         run = simulate(task.scenario)
         if not task.write_in_worker:

@@ -1,7 +1,7 @@
 """`kvsim calibrate` and `kvsim replay`: the GPU side of kvsim (gpu/), as two thin commands.
 
 Why here and not in gpu/: gpu/ must not import sim/ (it runs on bare GPU machines), but `replay`
-wants the simulated model's attention shape, which only the run's summary.json and sim.presets know.
+wants the simulated model's attention shape, which only the run's summary.json and sim.scenario.presets know.
 Both commands exit 2 with one line ("error: no CUDA device: ...") on a machine without a GPU; replay
 validates the results folder first, so a bad folder is reported even there.
 """
@@ -26,7 +26,7 @@ def _model_from_results(results_dir: Path) -> dict[str, Any]:
             continue
         model = scenario.get("model")
         try:
-            from sim.presets import ModelSpec, model_preset
+            from sim.scenario.presets import ModelSpec, model_preset
 
             spec = model_preset(model) if isinstance(model, str) else ModelSpec(**model)
         except Exception:  # noqa: BLE001 - an unknown/old model entry: fall back to flags/defaults

@@ -20,7 +20,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from sim.errors import ScenarioError
-from sim.presets import (
+from sim.scenario.presets import (
     GPU_PRESETS,
     MODEL_PRESETS,
     GpuSpec,
@@ -30,7 +30,7 @@ from sim.presets import (
     gpu_preset,
     model_preset,
 )
-from sim.units import format_bytes, parse_bytes, parse_duration_s
+from sim.scenario.units import format_bytes, parse_bytes, parse_duration_s
 
 # ----------------------------------------------------------------------------------------------------------
 # Allocator names and the string form "request_limit:pow2:best_fit"

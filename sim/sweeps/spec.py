@@ -47,7 +47,7 @@ class Cell:
     index: int  # position in grid order (rows of sweep.parquet follow it)
     cell_id: str  # stable hash of `overrides`
     overrides: dict[str, Any]  # dotted scenario key -> value, in grid order
-    scenario: Any  # sim.config.Scenario, already validated
+    scenario: Any  # sim.scenario.scenario.Scenario, already validated
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +55,7 @@ class SweepSpec:
     """A validated sweep: its name, base scenario and every cell, in grid order."""
 
     name: str
-    base: Any  # sim.config.Scenario
+    base: Any  # sim.scenario.scenario.Scenario
     axes: tuple[tuple[str, ...], ...]  # one tuple of keys per axis (a zip group is one axis)
     cells: tuple[Cell, ...]
     source: str  # the spec file, or "<spec>" for an in-memory dict
@@ -106,7 +106,7 @@ def flatten_keys(table: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 
 def _check_keys(keys: list[str], where: str) -> None:
     """Every key must be a scenario field (dotted for nested ones), else one line with the valid keys."""
-    from sim.config import check_field, scenario_fields
+    from sim.scenario.scenario import check_field, scenario_fields
 
     for key in keys:
         try:
@@ -138,7 +138,7 @@ def _zip_groups(raw: Any, where: str) -> list[tuple[int, dict[str, Any]]]:
 
 
 def _load_base(raw: Any, spec_dir: Path, where: str) -> Any:
-    from sim.config import Scenario, default_scenario
+    from sim.scenario.scenario import Scenario, default_scenario
 
     try:
         if raw is None:

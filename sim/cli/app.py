@@ -1,8 +1,9 @@
 """The `kvsim` command: a thin typer layer over the Python API.
 
 Why thin: everything a command does is a function in sim/, workloads/, allocators/ or gpu/ first,
-so notebooks and scripts use the same code. Each sub-command lives in `sim/commands/<name>.py` with a
-`register(app)` function; this module only wires them and maps user errors to exit code 2.
+so notebooks and scripts use the same code. Each sub-command lives in `sim/cli/<name>.py` with a
+`register(app)` function; this module only wires them and maps user errors to exit code 2. A command
+module that fails to import is an error, never a silently missing command.
 """
 
 from __future__ import annotations
@@ -13,12 +14,12 @@ import sys
 import typer
 
 COMMAND_MODULES: tuple[str, ...] = (
-    "waste",  # kvsim waste           (allocators issue)
-    "workload",  # kvsim workload ...  (workloads issue)
-    "run",  # kvsim run / compare / presets (engine issue)
-    "report",  # kvsim report        (reports issue)
-    "sweep",  # kvsim sweep / capacity (sweeps issue)
-    "gpu",  # kvsim calibrate / replay (gpu issue)
+    "waste",  # kvsim waste
+    "workload",  # kvsim workload describe / list
+    "run",  # kvsim run / compare / presets
+    "report",  # kvsim report
+    "sweep",  # kvsim sweep / capacity
+    "gpu",  # kvsim calibrate / replay
 )
 
 
@@ -31,13 +32,7 @@ def build_app() -> typer.Typer:
         pretty_exceptions_enable=False,
     )
     for name in COMMAND_MODULES:
-        try:
-            module = importlib.import_module(f"sim.commands.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name == f"sim.commands.{name}":
-                continue
-            raise
-        module.register(app)
+        importlib.import_module(f"sim.cli.{name}").register(app)
     return app
 
 
@@ -79,7 +74,3 @@ def main(argv: list[str] | None = None) -> None:
         raise
     if isinstance(exit_code, int) and exit_code != 0:
         sys.exit(exit_code)
-
-
-if __name__ == "__main__":
-    main()

@@ -1,6 +1,6 @@
 """Who runs next: FCFS admission, the running batch, preemption -- through the allocator Protocol only.
 
-Why a separate module: the serving loop (sim/engine.py) owns time, cost and SimPy; this module owns
+Why a separate module: the serving loop (sim/core/engine.py) owns time, cost and SimPy; this module owns
 the *state* of the batch and the vLLM-style policy decisions (FCFS with head-of-line blocking,
 `max_num_seqs`, `max_num_batched_tokens`, chunked prefill, newest-first preemption, recompute vs
 swap). It never looks inside an allocator: it calls `demand_tokens`, `admit`, `fork`, `grow`,
@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from allocators.base import Allocator, SeqSpec
-from sim.metrics import FINISH_KV_EXHAUSTED, FINISH_LENGTH, FINISH_STOP, RequestLog
+from sim.core.metrics import FINISH_KV_EXHAUSTED, FINISH_LENGTH, FINISH_STOP, RequestLog
 
 
 class WorkItem:
@@ -304,7 +304,7 @@ class Scheduler:
     def _add_chunk(self, plan: StepPlan, group: PrefillGroup, chunk: int) -> None:
         plan.chunks.append((group, chunk))
         plan.prefill_tokens += chunk
-        # Causal (query, key) pairs, as sim.cost.prefill_attention_pairs (inlined: this runs per chunk).
+        # Causal (query, key) pairs, as sim.scenario.cost.prefill_attention_pairs (inlined: runs per chunk).
         plan.prefill_context_tokens += chunk * group.context_tokens + chunk * (chunk + 1) // 2
         if chunk == group.compute_left:
             plan.first_tokens += len(group.seq_ids)

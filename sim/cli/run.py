@@ -72,7 +72,7 @@ def build_scenario(config: Path | None, overrides: dict[str, Any]) -> Any:
     Overrides go through `with_overrides` in both cases, so a dotted key into a preset
     (`model.num_layers`) works the same with and without a config file.
     """
-    from sim.config import default_scenario
+    from sim.scenario.scenario import default_scenario
 
     given = {key: value for key, value in overrides.items() if value is not None}
     base = _load_config(config) if config is not None else default_scenario()
@@ -89,7 +89,7 @@ def _keep_trace_rate(scenario: Any) -> Any:
     scenario has a rate, so `--time-scale 2` alone would always fail. None cannot travel through
     `with_overrides` (None means "not given" there), hence the explicit rebuild.
     """
-    from sim.config import Scenario
+    from sim.scenario.scenario import Scenario
 
     data = scenario.model_dump(exclude_unset=True)
     workload = data.get("workload")
@@ -99,7 +99,7 @@ def _keep_trace_rate(scenario: Any) -> Any:
 
 
 def _load_config(config: Path) -> Any:
-    from sim.config import Scenario
+    from sim.scenario.scenario import Scenario
 
     return Scenario.from_toml(config)
 
@@ -125,8 +125,8 @@ def parse_set_value(text: str) -> Any:
 
 def parse_set_pairs(pairs: list[str]) -> dict[str, Any]:
     """`--set dotted.key=value` pairs as overrides; an unknown key raises ScenarioError listing valid ones."""
-    from sim.config import check_field
     from sim.errors import ScenarioError
+    from sim.scenario.scenario import check_field
 
     overrides: dict[str, Any] = {}
     for pair in pairs:
@@ -306,8 +306,8 @@ def register(app: typer.Typer) -> None:
         quiet: QuietOpt = False,
     ) -> None:
         """Simulate one scenario, print its summary and write its results folder."""
+        from sim.api import simulate
         from sim.results import check_run_dir, write_run
-        from sim.simulation import simulate
 
         flags = dict(locals())
         scenario = scenario_from_flags(flags)
@@ -357,9 +357,9 @@ def register(app: typer.Typer) -> None:
         quiet: QuietOpt = False,
     ) -> None:
         """Run the same workload and seed through several allocators and print them side by side."""
+        from sim.api import DEFAULT_COMPARE_ALLOCATORS, compare, run_label
         from sim.errors import ScenarioError
         from sim.results import check_run_dir, write_run
-        from sim.simulation import DEFAULT_COMPARE_ALLOCATORS, compare, run_label
 
         flags = dict(locals())
         names = None
@@ -382,7 +382,7 @@ def register(app: typer.Typer) -> None:
             for name, key, spec in SUMMARY_ROWS
         ]
         _print_table(f"kvsim compare: {scenario.name} (seed {scenario.seed})", labels, rows)
-        from sim.reporting import report
+        from sim.reports.report import report
 
         report_path = report(written, Path(output))
         typer.echo(f"report written to {report_path}")
@@ -396,7 +396,7 @@ def register(app: typer.Typer) -> None:
         from rich.console import Console
         from rich.table import Table
 
-        from sim.presets import gpu_rows, model_rows
+        from sim.scenario.presets import gpu_rows, model_rows
 
         console = Console(width=140)
         models = Table(title="models", title_justify="left")

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:
-    from sim.config import Scenario
+    from sim.scenario.scenario import Scenario
 
 # Analytic paged-layout factor: KV-read time of a paged kernel over a contiguous one at block size b is
 # 1 + LAYOUT_BASE_OVERHEAD + LAYOUT_PER_BLOCK_OVERHEAD / b  (1.20 at b=1, 1.03 at b=16, 1.02 at b=128).

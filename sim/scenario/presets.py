@@ -1,7 +1,8 @@
 """Model and GPU presets: the published numbers a capacity planner would otherwise look up by hand.
 
-Why here and not in the scenario: the same numbers feed the KV budget (sim/config.py), the cost model
-(sim/cost.py), `kvsim presets` and the capacity planner. Sources are cited in docs/cost_model.md
+Why here and not in the scenario: the same numbers feed the KV budget (sim/scenario/scenario.py), the cost
+model (sim/scenario/cost.py), `kvsim presets` and the capacity planner. Sources are cited in
+docs/cost_model.md
 ("Presets"). Parameter counts are computed from each model's published config (they match the
 model cards: OPT-13B 12.85 B, LLaMA-2-7B 6.74 B, Llama-3-8B 8.03 B, ...).
 """
@@ -12,7 +13,7 @@ import re
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from sim.units import parse_bytes
+from sim.scenario.units import parse_bytes
 
 
 class ModelSpec(BaseModel):

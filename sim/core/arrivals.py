@@ -1,0 +1,78 @@
+"""When requests reach the server: the engine's arrival source (open loop or closed loop of users).
+
+Why its own module: arrivals are the one input of the engine that is a process of its own (a closed
+loop feeds back finished requests as new arrivals); the engine only peeks at and pops from it.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Callable
+
+import numpy as np
+import pandas as pd
+
+
+class ArrivalSource:
+    """When requests reach the server: an open loop (table times) or a closed loop of users.
+
+    Closed loop (`df.attrs["closed_loop"] = {"users": U, "think_s": T}`): the first U requests
+    arrive at 0; whenever a request ends (finished or rejected) its user sends the next unsent
+    request of the table T seconds later. Pending arrivals sit in a heap so the server can peek
+    at the next one.
+    """
+
+    def __init__(self, requests: pd.DataFrame) -> None:
+        self.num_requests = len(requests)
+        spec = requests.attrs.get("closed_loop")
+        self.closed = spec is not None
+        self._heap: list[tuple[float, int]] = []
+        if self.closed:
+            users = int(spec["users"])
+            self.think_s = float(spec["think_s"])
+            if users < 1 or self.think_s < 0 or not math.isfinite(self.think_s):
+                raise ValueError(f"closed_loop needs users >= 1 and finite think_s >= 0 (got {spec})")
+            self._next_unsent = min(users, self.num_requests)
+            self._heap = [(0.0, req) for req in range(self._next_unsent)]
+        else:
+            self._times: list[float] = requests["arrival_s"].to_numpy(np.float64).tolist()
+            self._ptr = 0
+        self.on_push: Callable[[float], None] | None = None
+
+    def peek_s(self) -> float:
+        """Time of the next arrival not yet released (inf when none is pending)."""
+        if self.closed:
+            return self._heap[0][0] if self._heap else math.inf
+        return self._times[self._ptr] if self._ptr < self.num_requests else math.inf
+
+    def pop_due(self, now_s: float) -> list[tuple[float, int]]:
+        """Remove and return every (arrival_s, request) with arrival_s <= now_s, in order."""
+        due: list[tuple[float, int]] = []
+        if self.closed:
+            heap = self._heap
+            while heap and heap[0][0] <= now_s:
+                due.append(heapq.heappop(heap))
+            return due
+        times, ptr = self._times, self._ptr
+        while ptr < self.num_requests and times[ptr] <= now_s:
+            due.append((times[ptr], ptr))
+            ptr += 1
+        self._ptr = ptr
+        return due
+
+    def request_done(self, req: int, now_s: float) -> None:
+        """Closed loop: the user of `req` thinks, then sends the next unsent request."""
+        if not self.closed or self._next_unsent >= self.num_requests:
+            return
+        at_s = now_s + self.think_s
+        heapq.heappush(self._heap, (at_s, self._next_unsent))
+        self._next_unsent += 1
+        if self.on_push is not None:
+            self.on_push(at_s)
+
+    @property
+    def exhausted(self) -> bool:
+        if self.closed:
+            return not self._heap and self._next_unsent >= self.num_requests
+        return self._ptr >= self.num_requests

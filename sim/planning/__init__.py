@@ -1,0 +1,1 @@
+"""Capacity planning (max rate under an SLO, concurrency, GPUs needed) and static waste estimates."""

@@ -1,0 +1,1 @@
+"""Reports: loading results folders, figures, the diagnosis in words, HTML/Markdown rendering."""

@@ -1,0 +1,1 @@
+"""Batch work: sweep specs (grids of scenarios), the resumable runner and the local / Dask executors."""
