@@ -29,6 +29,8 @@ calibrate: $(STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/lint-imports
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -18,16 +18,29 @@ from allocators.base import (
     MemoryBreakdown,
     SeqSpec,
 )
-from allocators.registry import accepted_params, available, make_allocator
+from allocators.entry import AllocatorEntry, SpecWord
+from allocators.registry import (
+    accepted_params,
+    allocator_entry,
+    available,
+    make_allocator,
+    register_allocator,
+    unregister_allocator,
+)
 
 __all__ = [
     "BREAKDOWN_PARTS",
     "Allocator",
+    "AllocatorEntry",
     "AllocatorConfigError",
     "Layout",
     "MemoryBreakdown",
     "SeqSpec",
+    "SpecWord",
     "accepted_params",
+    "allocator_entry",
     "available",
     "make_allocator",
+    "register_allocator",
+    "unregister_allocator",
 ]

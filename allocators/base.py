@@ -196,3 +196,61 @@ class Allocator(Protocol):
     def hole_stats(self) -> dict[str, float]:
         """Free-space shape: count, total, mean, max hole (tokens). Paged: free blocks as holes."""
         ...
+
+    def rejection_reason(self, seq: SeqSpec) -> str:
+        """Why `seq` can never be admitted, even into an empty cache ("" when it can be)."""
+        ...
+
+    def breakdown_integral(
+        self,
+        seq_ids: np.ndarray,
+        durations_s: np.ndarray,
+        next_demand_tokens: int = 0,
+        *,
+        first: MemoryBreakdown | None = None,
+        total_s: float | None = None,
+    ) -> dict[str, float] | None:
+        """Exact sum_i durations_s[i] x each part after growing `seq_ids` by i tokens, or None.
+
+        For allocators whose parts are step functions of growth (blocks, pages), so a multi-iteration
+        jump integrates the taxonomy exactly. None means the parts change linearly over the jump and
+        the engine interpolates between the breakdowns before and after it. `first` (the breakdown
+        now) and `total_s` (durations_s.sum()) are passed by the engine, which has them already.
+        """
+        ...
+
+
+class AllocatorBase:
+    """The defaults of the Protocol's optional abilities; allocators inherit from it.
+
+    Why defaults and not `getattr`: the engine asks every allocator the same questions, so an
+    allocator that has nothing special to say inherits the neutral answer here, and the engine has
+    no branch for an allocator that lacks a method.
+    """
+
+    name: str
+    capacity_tokens: int
+
+    def rejection_reason(self, seq: SeqSpec) -> str:
+        """No reason of its own: the engine says the demand exceeds the cache."""
+        return ""
+
+    def breakdown_integral(
+        self,
+        seq_ids: np.ndarray,
+        durations_s: np.ndarray,
+        next_demand_tokens: int = 0,
+        *,
+        first: MemoryBreakdown | None = None,
+        total_s: float | None = None,
+    ) -> dict[str, float] | None:
+        """Parts that change linearly over a jump (slabs): the engine interpolates."""
+        return None
+
+    def layout(self) -> Layout:
+        """An allocator without a physical layout to replay says so when a snapshot is asked for."""
+        raise NotImplementedError(f"allocator {self.name!r} does not export layouts")
+
+    def hole_stats(self) -> dict[str, float]:
+        """No holes to describe: one hole of all the free slots is not known, so report none."""
+        return {"count": 0.0, "total_tokens": 0.0, "mean_tokens": 0.0, "p50_tokens": 0.0, "max_tokens": 0.0}

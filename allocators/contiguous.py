@@ -15,7 +15,7 @@ from collections.abc import Callable, Hashable
 
 import numpy as np
 
-from allocators.base import Layout, MemoryBreakdown, SeqSpec
+from allocators.base import AllocatorBase, Layout, MemoryBreakdown, SeqSpec
 from allocators.holes import hole_stats_from_sizes
 from allocators.ledger import DuplicateLedger
 from allocators.placement import Placement, next_pow2
@@ -58,7 +58,7 @@ RESERVATION_POLICIES: dict[str, Callable[[int | None], ReservationPolicy]] = {
 }
 
 
-class SlabAllocator:
+class SlabAllocator(AllocatorBase):
     """Contiguous slabs placed by a `Placement`; the reservation policy decides the slab size."""
 
     def __init__(

@@ -13,7 +13,7 @@ count never exceeds what is stored.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Hashable, Iterable
+from collections.abc import Hashable
 
 
 class DuplicateLedger:
@@ -37,10 +37,6 @@ class DuplicateLedger:
         elif held > 0:
             self.duplicated_tokens += self._tokens[key]
         self._holders[key] = held + 1
-
-    def add_all(self, keyed: Iterable[tuple[Hashable, int]]) -> None:
-        for key, tokens in keyed:
-            self.add(key, tokens)
 
     def remove(self, key: Hashable) -> None:
         """One physical copy of `key` is gone."""

@@ -28,7 +28,7 @@ from collections.abc import Hashable
 
 import numpy as np
 
-from allocators.base import Layout, MemoryBreakdown, SeqSpec
+from allocators.base import AllocatorBase, Layout, MemoryBreakdown, SeqSpec
 from allocators.block_pool import BlockPool
 from allocators.holes import uniform_hole_stats
 from allocators.jump_integral import paged_breakdown_integral
@@ -58,7 +58,7 @@ def _cached_block_keys(seq: SeqSpec, block_size: int) -> tuple[Hashable, ...]:
     return tuple(full_block_keys(seq, block_size))
 
 
-class PagedAllocator:
+class PagedAllocator(AllocatorBase):
     """Block pool + block tables + refcounts + prefix sharing/caching."""
 
     def __init__(

@@ -1,186 +1,69 @@
-"""The allocator registry: names -> constructors, with every argument checked at the boundary.
+"""The allocator registry: one table of `AllocatorEntry`s, names -> checked constructors.
 
-Why checks here and not in the classes: the classes assume valid arguments (they run in the hot
-loop); users reach them only through `make_allocator`, which turns every bad argument into one
-`AllocatorConfigError` line naming the parameter, the value and what is allowed.
+Why one registry: the engine, the CLI, sweeps and reports name allocators by string ("paged",
+"request_limit:oracle", ...). Each family declares itself once (`allocators.builtin`, or any module
+that calls `register_allocator`), so construction, argument checking and the string grammar live in
+one place and every bad argument raises `AllocatorConfigError` saying what is wrong and what is allowed.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from allocators.base import Allocator, AllocatorConfigError
-from allocators.contiguous import RESERVATION_POLICIES, SlabAllocator, reserve_max_model_len
-from allocators.paged import PagedAllocator
-from allocators.placement import available_placements, make_placement
-from allocators.virtual import VirtualAllocator
+from allocators.builtin import BUILTIN_ENTRIES
+from allocators.entry import MISSING, AllocatorEntry, int_param, required
 
-DEFAULT_PAGE_BYTES = 2 * 1024 * 1024  # vAttention maps 2 MiB pages by default
-
-_MISSING = object()
+_REGISTRY: dict[str, AllocatorEntry] = {}
 
 
-def _int_param(allocator: str, field: str, value: Any, *, minimum: int = 1) -> int:
-    """`value` as an int >= minimum, or AllocatorConfigError naming the field and the range."""
-    is_int = isinstance(value, int) and not isinstance(value, bool)
-    if not is_int and hasattr(value, "__index__") and not isinstance(value, bool):
-        try:
-            value = value.__index__()
-            is_int = True
-        except TypeError:
-            is_int = False
-    if not is_int or value < minimum:
-        raise AllocatorConfigError(f"{allocator}: {field} must be an integer >= {minimum}, got {value!r}")
-    return int(value)
+def register_allocator(entry: AllocatorEntry, *, replace: bool = False) -> AllocatorEntry:
+    """Add an allocator family (a second entry of the same name needs `replace=True`)."""
+    if entry.name in _REGISTRY and not replace:
+        raise AllocatorConfigError(f"allocator {entry.name!r} is already registered")
+    if not entry.scenario_params <= entry.params:
+        extra = sorted(entry.scenario_params - entry.params)
+        raise AllocatorConfigError(f"{entry.name}: scenario_params {extra} are not among its params")
+    _REGISTRY[entry.name] = entry
+    return entry
 
 
-def _bool_param(allocator: str, field: str, value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise AllocatorConfigError(f"{allocator}: {field} must be true or false, got {value!r}")
-    return value
+def unregister_allocator(name: str) -> None:
+    """Remove a family registered at run time (tests register toys and clean up)."""
+    _REGISTRY.pop(name, None)
 
 
-def _choice_param(allocator: str, field: str, value: Any, allowed: list[str]) -> str:
-    if value not in allowed:
-        raise AllocatorConfigError(f"{allocator}: unknown {field} {value!r}; allowed: {', '.join(allowed)}")
-    return str(value)
-
-
-def _required(allocator: str, field: str, value: Any, meaning: str) -> Any:
-    if value is _MISSING or value is None:
-        raise AllocatorConfigError(f"{allocator}: {field} is required ({meaning})")
-    return value
-
-
-def _make_contiguous(
-    capacity_tokens: int, max_model_len: Any = _MISSING, placement: Any = "first_fit"
-) -> Allocator:
-    name = "contiguous"
-    max_len = _int_param(
-        name, "max_model_len", _required(name, "max_model_len", max_model_len, "slots per slab")
-    )
-    where = _choice_param(name, "placement", placement, available_placements())
-    return SlabAllocator(
-        name, capacity_tokens, make_placement(where, capacity_tokens), reserve_max_model_len(max_len), max_len
-    )
-
-
-def _make_request_limit(
-    capacity_tokens: int, max_model_len: Any = None, placement: Any = "first_fit", reservation: Any = "limit"
-) -> Allocator:
-    name = "request_limit"
-    max_len = None if max_model_len is None else _int_param(name, "max_model_len", max_model_len)
-    where = _choice_param(name, "placement", placement, available_placements())
-    policy = _choice_param(name, "reservation", reservation, sorted(RESERVATION_POLICIES))
-    return SlabAllocator(
-        name,
-        capacity_tokens,
-        make_placement(where, capacity_tokens),
-        RESERVATION_POLICIES[policy](max_len),
-        max_len,
-    )
-
-
-def _make_paged(
-    capacity_tokens: int,
-    block_size: Any = 16,
-    enable_prefix_caching: Any = False,
-    share_prefixes: Any = True,
-    max_model_len: Any = None,
-) -> Allocator:
-    name = "paged"
-    size = _int_param(name, "block_size", block_size)
-    if size > capacity_tokens:
-        raise AllocatorConfigError(
-            f"paged: block_size must be <= capacity_tokens ({capacity_tokens}), got {size}"
-        )
-    caching = _bool_param(name, "enable_prefix_caching", enable_prefix_caching)
-    sharing = _bool_param(name, "share_prefixes", share_prefixes)
-    if caching and not sharing:
-        raise AllocatorConfigError("paged: enable_prefix_caching=true needs share_prefixes=true")
-    max_len = None if max_model_len is None else _int_param(name, "max_model_len", max_model_len)
-    return PagedAllocator(
-        name,
-        capacity_tokens,
-        size,
-        enable_prefix_caching=caching,
-        share_prefixes=sharing,
-        max_model_len=max_len,
-    )
-
-
-def _make_virtual(
-    capacity_tokens: int,
-    max_model_len: Any = _MISSING,
-    page_bytes: Any = DEFAULT_PAGE_BYTES,
-    bytes_per_token_per_layer: Any = _MISSING,
-    num_layers: Any = None,
-) -> Allocator:
-    name = "virtual"
-    max_len = _int_param(
-        name,
-        "max_model_len",
-        _required(name, "max_model_len", max_model_len, "the virtual range per sequence"),
-    )
-    page = _int_param(name, "page_bytes", page_bytes)
-    per_token = _int_param(
-        name,
-        "bytes_per_token_per_layer",
-        _required(
-            name, "bytes_per_token_per_layer", bytes_per_token_per_layer, "kv_heads x head_dim x dtype_bytes"
-        ),
-    )
-    if page % per_token != 0:
-        raise AllocatorConfigError(
-            f"virtual: page_bytes ({page}) must be a multiple of bytes_per_token_per_layer ({per_token}) "
-            f"(kv_heads x head_dim x dtype_bytes), e.g. 2097152 with 8192 gives 256 tokens per page"
-        )
-    if page // per_token > capacity_tokens:
-        raise AllocatorConfigError(
-            f"virtual: one page holds {page // per_token} tokens, "
-            f"more than capacity_tokens ({capacity_tokens})"
-        )
-    layers = None if num_layers is None else _int_param(name, "num_layers", num_layers)
-    return VirtualAllocator(capacity_tokens, max_len, page, per_token, layers)
-
-
-_FACTORIES: dict[str, Callable[..., Allocator]] = {
-    "contiguous": _make_contiguous,
-    "request_limit": _make_request_limit,
-    "paged": _make_paged,
-    "virtual": _make_virtual,
-}
-
-_PARAMS: dict[str, frozenset[str]] = {
-    "contiguous": frozenset({"max_model_len", "placement"}),
-    "request_limit": frozenset({"max_model_len", "placement", "reservation"}),
-    "paged": frozenset({"block_size", "enable_prefix_caching", "share_prefixes", "max_model_len"}),
-    "virtual": frozenset({"max_model_len", "page_bytes", "bytes_per_token_per_layer", "num_layers"}),
-}
+def allocator_entry(name: str) -> AllocatorEntry:
+    """The entry of `name`, or AllocatorConfigError listing the known names."""
+    entry = _REGISTRY.get(name)
+    if entry is None:
+        raise AllocatorConfigError(f"unknown allocator {name!r}; allowed: {', '.join(available())}")
+    return entry
 
 
 def available() -> list[str]:
-    """Allocator names `make_allocator` accepts."""
-    return list(_FACTORIES)
+    """Allocator names `make_allocator` accepts, in registration order."""
+    return list(_REGISTRY)
 
 
 def accepted_params(name: str) -> frozenset[str]:
     """Parameter names `name` accepts (besides capacity_tokens), so callers can filter a config."""
-    if name not in _PARAMS:
-        raise AllocatorConfigError(f"unknown allocator {name!r}; allowed: {', '.join(available())}")
-    return _PARAMS[name]
+    return allocator_entry(name).params
 
 
-def make_allocator(name: str, capacity_tokens: Any = _MISSING, **params: Any) -> Allocator:
+def make_allocator(name: str, capacity_tokens: Any = MISSING, **params: Any) -> Allocator:
     """Build the allocator `name` over `capacity_tokens` token slots; see docs/allocators.md."""
-    allowed = accepted_params(name)
-    capacity = _int_param(
-        name, "capacity_tokens", _required(name, "capacity_tokens", capacity_tokens, "token slots")
+    entry = allocator_entry(name)
+    capacity = int_param(
+        name, "capacity_tokens", required(name, "capacity_tokens", capacity_tokens, "token slots")
     )
-    unknown = sorted(set(params) - allowed)
+    unknown = sorted(set(params) - entry.params)
     if unknown:
         raise AllocatorConfigError(
-            f"{name}: unknown parameter {unknown[0]!r}; allowed: {', '.join(sorted(allowed))}"
+            f"{name}: unknown parameter {unknown[0]!r}; allowed: {', '.join(sorted(entry.params))}"
         )
-    return _FACTORIES[name](capacity, **params)
+    return entry.factory(capacity, **params)
+
+
+for _entry in BUILTIN_ENTRIES:
+    register_allocator(_entry)

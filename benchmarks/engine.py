@@ -37,12 +37,12 @@ def bare_simpy(arrival_s: np.ndarray, finish_s: np.ndarray) -> float:
     env = simpy.Environment()
     done = [0]
 
-    def request(delay_s: float, service_s: float):  # noqa: ANN202 - SimPy generator
+    def request(delay_s: float, service_s: float):  # SimPy generator
         yield env.timeout(delay_s)
         yield env.timeout(service_s)
         done[0] += 1
 
-    def arrivals():  # noqa: ANN202 - SimPy generator
+    def arrivals():  # SimPy generator
         now = 0.0
         for a, f in zip(arrival_s.tolist(), finish_s.tolist(), strict=True):
             yield env.timeout(a - now)

@@ -36,7 +36,7 @@ import sim  # noqa: E402  (after the sys.path fix above)
 WALL_KEYS = ("wall_s",)
 
 
-def _default_scenario():  # noqa: ANN202 - returns sim.Scenario
+def _default_scenario():  # returns sim.Scenario
     """The embedded default scenario, wherever the running layout keeps it."""
     try:
         from sim.scenario import default_scenario

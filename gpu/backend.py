@@ -20,7 +20,7 @@ from gpu.errors import NoDeviceError
 def _cupy_or_reason() -> tuple[ModuleType | None, str]:
     """Import CuPy once; return (module, "") or (None, why it is unusable)."""
     try:
-        import cupy  # noqa: PLC0415 - optional dependency
+        import cupy  # optional dependency
     except Exception as exc:  # ImportError, or a broken CUDA install raising at import
         return (
             None,

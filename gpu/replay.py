@@ -226,7 +226,7 @@ def replay(
         snapshots = snapshots[:max_steps]
     mapped = [(s, *snapshot_kv_layout(s, model, budget_bytes)) for s in snapshots]
 
-    from gpu.backend import device_properties, require_cupy  # noqa: PLC0415 - GPU part
+    from gpu.backend import device_properties, require_cupy  # GPU part
     from gpu.kernels import Kernels
     from gpu.timing import EventTimer
 

@@ -11,10 +11,10 @@ import math
 import numpy as np
 import pandas as pd
 
-from allocators.base import Layout, MemoryBreakdown, SeqSpec
+from allocators.base import AllocatorBase, Layout, MemoryBreakdown, SeqSpec
 
 
-class FakeSlab:
+class FakeSlab(AllocatorBase):
     """Reserves prompt + max_tokens at admission (the request-limit policy), no placement holes."""
 
     name = "fake_slab"
@@ -96,7 +96,7 @@ class FakeSlab:
         return len(self.length)
 
 
-class FakePaged:
+class FakePaged(AllocatorBase):
     """Blocks of `block_size` handed out on demand; first come first served inside one grow call."""
 
     name = "fake_paged"
@@ -185,9 +185,15 @@ class FakePaged:
         )
 
     def breakdown_integral(
-        self, seq_ids: np.ndarray, durations_s: np.ndarray, next_demand_tokens: int = 0
+        self,
+        seq_ids: np.ndarray,
+        durations_s: np.ndarray,
+        next_demand_tokens: int = 0,
+        *,
+        first: MemoryBreakdown | None = None,
+        total_s: float | None = None,
     ) -> dict[str, float]:
-        """sum_i durations_s[i] x part after growing `seq_ids` by i tokens (the optional exact hook)."""
+        """sum_i durations_s[i] x part after growing `seq_ids` by i tokens (the exact hook)."""
         bs, m = self.block_size, len(durations_s)
         growing = set(seq_ids.tolist())
         ids = sorted(self.length)

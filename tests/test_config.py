@@ -389,7 +389,8 @@ def test_allocator_strings(text: str, name: str, params: dict) -> None:
     ["paged", "contiguous", "contiguous:buddy", "request_limit:oracle", "request_limit:pow2", "virtual"],
 )
 def test_allocator_params_build_a_real_allocator(allocator: str) -> None:
-    registry = pytest.importorskip("allocators.registry")
+    from allocators import registry
+
     scenario = default_scenario().with_overrides(allocator=allocator, enable_prefix_caching=False)
     params = scenario.allocator_params()
     assert params["capacity_tokens"] == 15_728
@@ -401,9 +402,6 @@ def test_allocator_params_build_a_real_allocator(allocator: str) -> None:
 
 
 def test_load_workload_uses_the_scenario_seed_and_size() -> None:
-    workloads = pytest.importorskip("workloads")
-    if not hasattr(workloads, "load"):
-        pytest.skip("workloads.load not built yet")
     scenario = default_scenario().with_overrides(num_prompts=50, seed=7)
     first, second = scenario.load_workload(), scenario.load_workload()
     assert len(first) == 50 and first.equals(second)

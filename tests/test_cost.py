@@ -244,7 +244,8 @@ def test_bad_profile_is_one_line_naming_the_file_and_key(tmp_path: Path, how: st
 
 
 def test_gpu_default_profile_agrees_with_the_analytic_model() -> None:
-    profile_module = pytest.importorskip("gpu.profile")
+    from gpu import profile as profile_module
+
     scenario = default_scenario()
     analytic = CostModel.from_scenario(scenario)
     profile = profile_module.default_profile(scenario.gpu_spec().hbm_bandwidth_bytes_per_s, "A100 analytic")

@@ -18,10 +18,10 @@ from _report_helpers import (
     write_fake_run,
 )
 
-from sim.reports import diagnosis
 from sim.cli import main
 from sim.errors import ResultsError
 from sim.output_paths import OutputPathError
+from sim.reports import diagnosis
 from sim.reports.figures import PART_COLORS, resample_steps
 from sim.reports.report import FIGURE_FILES, TABLE_COLUMNS, format_value, report
 

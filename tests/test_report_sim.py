@@ -13,8 +13,8 @@ import pytest
 from _report_helpers import CORE_FIGURES, PNG_MAGIC, assert_shown_equals, markdown_summary_rows, parse_html
 
 import sim
-from sim.reports import diagnosis
 from sim.api import run_label
+from sim.reports import diagnosis
 from sim.reports.report import TABLE_COLUMNS, report
 from sim.results import write_run
 from sim.scenario.scenario import default_scenario

@@ -98,15 +98,15 @@ def test_rerun_skips_finished_cells_and_gives_the_same_table(local_2x2) -> None:
 
 
 def test_dask_local_cluster_gives_the_same_table_as_local_processes(local_2x2, tmp_path: Path) -> None:
-    pytest.importorskip("distributed")
     table, _ = local_2x2
     dask_table = sweep(SPEC_2X2, dask_local=2, output_dir=tmp_path / "dask", progress=False)
     pd.testing.assert_frame_equal(dask_table.drop(columns=WALL_COLUMNS), table.drop(columns=WALL_COLUMNS))
 
 
 def test_scheduler_address_path_writes_the_runs_in_the_client(local_2x2, tmp_path: Path) -> None:
-    distributed = pytest.importorskip("distributed")
     import logging
+
+    import distributed
 
     table, _ = local_2x2
     with distributed.LocalCluster(
@@ -282,7 +282,6 @@ def test_unwritable_sweep_folder_is_one_line_exit_2_before_any_cell(
 def test_unreachable_scheduler_leaves_no_sweep_folder(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    pytest.importorskip("distributed")
     import socket
 
     from sim.sweeps.executors import DaskExecutor

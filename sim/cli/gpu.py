@@ -29,7 +29,7 @@ def _model_from_results(results_dir: Path) -> dict[str, Any]:
             from sim.scenario.presets import ModelSpec, model_preset
 
             spec = model_preset(model) if isinstance(model, str) else ModelSpec(**model)
-        except Exception:  # noqa: BLE001 - an unknown/old model entry: fall back to flags/defaults
+        except Exception:  # an unknown/old model entry: fall back to flags/defaults
             continue
         tp = int(scenario.get("tensor_parallel_size", 1) or 1)
         return {

@@ -20,12 +20,11 @@ not import the scenario, so tests can drive it with small fakes.
 
 from __future__ import annotations
 
-import inspect
 import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -33,7 +32,8 @@ import simpy
 
 from allocators.base import Allocator, Layout
 from sim.core.arrivals import ArrivalSource
-from sim.core.metrics import RequestLog, StepRecorder, TimeIntegrals
+from sim.core.metrics import RequestLog, StepRecorder, StepRow, TimeIntegrals
+from sim.core.protocols import StepCostModel
 from sim.core.scheduler import RequestInfo, Scheduler
 
 REQUIRED_COLUMNS: tuple[str, ...] = (
@@ -43,30 +43,6 @@ REQUIRED_COLUMNS: tuple[str, ...] = (
     "output_tokens",
     "max_tokens",
 )
-
-
-class CostModel(Protocol):
-    """What the engine asks of sim.scenario.cost.CostModel (fakes in tests implement the same four calls)."""
-
-    def step_time_s(
-        self,
-        prefill_tokens: int,
-        num_decode_seqs: int,
-        decode_context_tokens: int,
-        prefill_context_tokens: int = 0,
-    ) -> float: ...
-
-    def decode_steps_time_s(self, num_decode_seqs: int, context_tokens_sum: int, k: int) -> float: ...
-
-    def decode_steps_weighted_sum(
-        self, num_decode_seqs: int, context_tokens_sum: int, k: int, value_0: float, value_slope: float
-    ) -> float: ...
-
-    def decode_step_durations_s(
-        self, num_decode_seqs: int, context_tokens_sum: int, k: int
-    ) -> np.ndarray: ...
-
-    def swap_time_s(self, tokens: int) -> float: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,15 +90,6 @@ class EngineResult:
     layouts: list[LayoutSnapshot] = field(default_factory=list)
 
 
-def _accepts(function: Callable[..., Any], *names: str) -> bool:
-    """Whether `function` takes every one of these keyword arguments (checked once per run)."""
-    try:
-        parameters = inspect.signature(function).parameters
-    except (TypeError, ValueError):
-        return False
-    return all(name in parameters for name in names)
-
-
 def validate_requests(requests: pd.DataFrame) -> None:
     """The engine's own minimal check (workloads.validate does the full one at the boundary)."""
     missing = [c for c in REQUIRED_COLUMNS if c not in requests.columns]
@@ -144,7 +111,7 @@ class Engine:
         self,
         requests: pd.DataFrame,
         allocator: Allocator,
-        cost_model: CostModel,
+        cost_model: StepCostModel,
         config: EngineConfig,
         *,
         progress: Callable[[float, int, int], None] | None = None,
@@ -194,7 +161,7 @@ class Engine:
         if self._idle is not None and not self._idle.triggered:
             self._idle.succeed()
 
-    def _arrivals(self):  # noqa: ANN202 - a SimPy generator
+    def _arrivals(self):  # a SimPy generator
         """Arrival process: sleep until the next arrival, release it into the queue, wake an idle server."""
         env, source = self.env, self.source
         if not source.closed:
@@ -236,18 +203,16 @@ class Engine:
             self._arrival_sleep = None
             sleeping[0].interrupt()
 
-    def _serve(self):  # noqa: ANN202, C901 - a SimPy generator; the hot loop is kept in one place
+    def _serve(self):  # a SimPy generator; the hot loop is kept in one place
         """The serving loop: one turn = one step, or one exact jump over decode-only iterations."""
         env, sched, alloc, cost, config = self.env, self.sched, self.alloc, self.cost, self.config
         integrals, recorder = self.integrals, self.recorder
         multi_step = config.multi_step
         export_every = config.export_layouts_every
         progress_every = config.progress_every_turns
-        # Optional allocator hook: exact sum_i d_i x parts(i) over a jump, for allocators whose parts
-        # are step functions of growth (blocks, pages). Without it the parts are interpolated.
-        exact_integral = getattr(alloc, "breakdown_integral", None)
-        # A hook that accepts the breakdown now and the total duration is spared computing them again.
-        integral_takes_first = exact_integral is not None and _accepts(exact_integral, "first", "total_s")
+        # alloc.breakdown_integral: exact sum_i d_i x parts(i) over a jump for allocators whose parts
+        # are step functions of growth (blocks, pages); None (the default) when they change linearly.
+        exact_integral = alloc.breakdown_integral
         while True:
             now = env.now
             self._release_due(now)
@@ -277,15 +242,11 @@ class Engine:
                 integrals.add_constant(first, duration)
             else:
                 duration = float(step_durations.sum())
-                if integral_takes_first:
-                    integrals.add_sums(
-                        exact_integral(
-                            sched.decode_ids(), step_durations, demand, first=first, total_s=duration
-                        )
-                    )
-                    sched.grow_uniform(iterations - 1)
-                elif exact_integral is not None:
-                    integrals.add_sums(exact_integral(sched.decode_ids(), step_durations, demand))
+                sums = exact_integral(
+                    sched.decode_ids(), step_durations, demand, first=first, total_s=duration
+                )
+                if sums is not None:
+                    integrals.add_sums(sums)
                     sched.grow_uniform(iterations - 1)
                 else:
                     index_weighted = float(np.dot(np.arange(iterations, dtype=np.float64), step_durations))
@@ -298,23 +259,23 @@ class Engine:
                 recorder.offer(
                     now,
                     duration,
-                    (
-                        it0,
-                        n_dec + len(plan.chunks),
-                        num_seqs,
-                        sched.queue_length,
-                        plan.prefill_tokens,
-                        n_dec * iterations,
-                        first.capacity,
-                        first.token_states,
-                        first.reservation,
-                        first.internal,
-                        first.external,
-                        first.duplicated,
-                        first.free,
-                        first.cached,
-                        iterations,
-                        n_dec * iterations + plan.first_tokens,
+                    StepRow(
+                        step=it0,
+                        batch_size=n_dec + len(plan.chunks),
+                        num_running=num_seqs,
+                        queue_length=sched.queue_length,
+                        prefill_tokens=plan.prefill_tokens,
+                        decode_tokens=n_dec * iterations,
+                        capacity=first.capacity,
+                        token_states=first.token_states,
+                        reservation=first.reservation,
+                        internal=first.internal,
+                        external=first.external,
+                        duplicated=first.duplicated,
+                        free=first.free,
+                        cached=first.cached,
+                        iterations=iterations,
+                        generated_tokens=n_dec * iterations + plan.first_tokens,
                     ),
                 )
             else:
@@ -407,7 +368,7 @@ class Engine:
 def run_engine(
     requests: pd.DataFrame,
     allocator: Allocator,
-    cost_model: CostModel,
+    cost_model: StepCostModel,
     config: EngineConfig,
     *,
     progress: Callable[[float, int, int], None] | None = None,

@@ -10,7 +10,7 @@ number live in docs/metrics.md.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -45,27 +45,33 @@ REQUEST_COLUMNS: tuple[str, ...] = (
     "recomputed_tokens",
 )
 
-STEP_COLUMNS: tuple[str, ...] = (
-    "step",
-    "time_s",
-    "duration_s",
-    "batch_size",
-    "num_running",
-    "queue_length",
-    "prefill_tokens",
-    "decode_tokens",
-    "capacity",
-    "token_states",
-    "reservation",
-    "internal",
-    "external",
-    "duplicated",
-    "free",
-    "cached",
-    "iterations",
-    # Extension: tokens sampled in the row's iterations (decode tokens + first tokens of prefills).
-    "generated_tokens",
-)
+
+class StepRow(NamedTuple):
+    """One recorded step's integer columns, by name (`time_s` and `duration_s` travel beside it).
+
+    Why a named structure: the engine fills it by field name, so its order can never drift from the
+    steps table's columns; `STEP_COLUMNS` is built from it.
+    """
+
+    step: int  # iteration index of the row's first iteration
+    batch_size: int  # sequences in the step: decoding ones plus prefill chunks
+    num_running: int
+    queue_length: int
+    prefill_tokens: int
+    decode_tokens: int  # over all of the row's iterations
+    capacity: int
+    token_states: int
+    reservation: int
+    internal: int
+    external: int
+    duplicated: int
+    free: int
+    cached: int
+    iterations: int  # > 1 for a recorded multi-iteration jump
+    generated_tokens: int  # tokens sampled in the row's iterations (decode tokens + first tokens of prefills)
+
+
+STEP_COLUMNS: tuple[str, ...] = ("step", "time_s", "duration_s", *StepRow._fields[1:])
 
 FINISH_STOP = "stop"  # reached its true output length
 FINISH_LENGTH = "length"  # reached max_tokens (or max_model_len), vLLM's name
@@ -172,7 +178,7 @@ class StepRecorder:
     NumPy columns so recording is a handful of scalar stores.
     """
 
-    _INT_COLUMNS = tuple(c for c in STEP_COLUMNS if c not in ("time_s", "duration_s"))
+    _INT_COLUMNS = StepRow._fields
 
     def __init__(self, max_rows: int = 200_000) -> None:
         if max_rows < 2:
@@ -185,16 +191,12 @@ class StepRecorder:
         self._duration_s = np.empty(max_rows, np.float64)
         self._ints = np.empty((max_rows, len(self._INT_COLUMNS)), np.int64)
 
-    def wants(self) -> bool:
-        """Whether the next offered row is kept (call `offer` either way)."""
-        return self.seen % self.stride == 0
-
     def skip(self) -> None:
-        """Count a row that `wants()` declined, without building it."""
+        """Count a row the caller did not build because it would not be kept (`seen % stride != 0`)."""
         self.seen += 1
 
-    def offer(self, time_s: float, duration_s: float, ints: tuple[int, ...] | None) -> None:
-        """Offer one row; `ints` in _INT_COLUMNS order (may be None when `wants()` was False)."""
+    def offer(self, time_s: float, duration_s: float, row: StepRow) -> None:
+        """Offer one row; it is kept when it falls on the stride."""
         keep = self.seen % self.stride == 0
         self.seen += 1
         if not keep:
@@ -211,7 +213,7 @@ class StepRecorder:
         i = self.size
         self._time_s[i] = time_s
         self._duration_s[i] = duration_s
-        self._ints[i] = ints
+        self._ints[i] = row
         self.size = i + 1
 
     def to_frame(self) -> pd.DataFrame:

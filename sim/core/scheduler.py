@@ -215,9 +215,10 @@ class Scheduler:
             spec = info.spec(req, 0, 0)
             demand = int(self.alloc.demand_tokens(spec))
             if demand > self.capacity_tokens:
-                explain = getattr(self.alloc, "rejection_reason", None)
-                detail = explain(spec) if explain is not None else ""
-                reason = detail or f"needs {demand} KV tokens, more than the cache's {self.capacity_tokens}"
+                reason = (
+                    self.alloc.rejection_reason(spec)
+                    or f"needs {demand} KV tokens, more than the cache's {self.capacity_tokens}"
+                )
         if reason:
             log.reject(req, now_s, reason)
             if self.on_request_done is not None:

@@ -670,11 +670,10 @@ def gpus_for_target(
 
 
 def _default_allocators() -> list[str]:
+    """Every registered allocator family, in registration order."""
     import allocators
 
-    preferred = ("contiguous", "request_limit", "paged", "virtual")
-    names = list(allocators.available())
-    return [name for name in preferred if name in names] or names
+    return list(allocators.available())
 
 
 def _model_max_len(scenario: Any) -> int | None:
@@ -800,7 +799,7 @@ def _plan_one_safe(job: PlanJob) -> dict[str, Any]:
     """Worker entry: a failing row returns its one-line error instead of killing the plan."""
     try:
         return plan_one(job)
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         from sim.sweeps.spec import one_line
 
         return {"error": f"{type(exc).__name__}: {one_line(exc)}"}

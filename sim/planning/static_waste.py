@@ -17,11 +17,11 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from allocators import SeqSpec, make_allocator
+from allocators.builtin import DEFAULT_PAGE_BYTES
 from allocators.placement import next_pow2
 from sim.errors import ScenarioError
 from workloads.max_tokens import DEFAULT_CLIENT_MAX_TOKENS
 
-DEFAULT_PAGE_BYTES = 2 * 1024 * 1024
 DEFAULT_BYTES_PER_TOKEN_PER_LAYER = 8192  # Llama-2-7B fp16: 32 KV heads x 128 head dim x 2 bytes
 
 

@@ -185,7 +185,7 @@ class CostModel:
         model, gpu, tp = scenario.model_spec(), scenario.gpu_spec(), scenario.tensor_parallel_size
         if profile is None and scenario.calibration:
             profile = load_calibration(scenario.calibration)
-        paged = scenario.allocator.name == "paged"
+        paged = scenario.allocator.entry().block_table_layout  # attention gathers through a block table
         block_size = scenario.block_size
         layout_factor = analytic_layout_factor(block_size) if paged else 1.0
         kv_fit, kv_fit_scale, source = None, 1.0, "analytic"

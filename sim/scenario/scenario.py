@@ -19,6 +19,8 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+import allocators
+from allocators import AllocatorEntry, SpecWord
 from sim.errors import ScenarioError
 from sim.scenario.presets import (
     GPU_PRESETS,
@@ -33,15 +35,11 @@ from sim.scenario.presets import (
 from sim.scenario.units import format_bytes, parse_bytes, parse_duration_s
 
 # ----------------------------------------------------------------------------------------------------------
-# Allocator names and the string form "request_limit:pow2:best_fit"
+# Allocators: the registry declares each family (allocators.entry); the scenario only supplies its fields
 
-ALLOCATOR_NAMES: tuple[str, ...] = ("contiguous", "request_limit", "paged", "virtual")
-PLACEMENTS: tuple[str, ...] = ("first_fit", "best_fit", "buddy")
-RESERVATIONS: tuple[str, ...] = ("limit", "oracle", "pow2")
-CONTIGUOUS_FAMILY: tuple[str, ...] = ("contiguous", "request_limit")
-
-# Allocator parameters that the scenario owns (one source of truth: the cost model and the engine read
-# them from the scenario too). `allocator_params()` fills them in.
+# Allocator parameters that the scenario owns, and the scenario field each comes from (one source of
+# truth: the cost model and the engine read them from the scenario too). An allocator's entry says which
+# of them it takes (`scenario_params`); `allocator_params()` fills those in.
 SCENARIO_OWNED_PARAMS: dict[str, str] = {
     "capacity_tokens": "kv_cache_memory",
     "max_model_len": "max_model_len",
@@ -50,10 +48,6 @@ SCENARIO_OWNED_PARAMS: dict[str, str] = {
     "bytes_per_token_per_layer": "model",
     "num_layers": "model",
 }
-
-# vAttention maps physical memory in pages; 2 MiB is CUDA's native VMM granularity. The page size is
-# rounded down to a whole number of tokens of one layer's K (or V) tensor, see `allocator_params()`.
-DEFAULT_PAGE_BYTES = 2 * 1024**2
 
 # Activation reserve when the KV budget is derived from gpu_memory_utilization (vLLM measures it with a
 # dummy forward pass at max_num_batched_tokens; we estimate it, see docs/cost_model.md "Presets").
@@ -64,46 +58,48 @@ DEFAULT_NUM_PROMPTS = 1000
 DEFAULT_MIN_BATCHED_TOKENS = 8192
 
 
-def _known_allocator_names() -> tuple[str, ...]:
-    """The fixed names plus whatever the allocator registry adds (it may grow new ones)."""
+def _allocator_entry(name: str) -> AllocatorEntry:
+    """The registry's entry for `name` (ValueError listing the known names, for pydantic)."""
     try:
-        import allocators
+        return allocators.allocator_entry(name)
+    except allocators.AllocatorConfigError:
+        raise ValueError(f"unknown allocator {name!r} (known: {', '.join(allocators.available())})") from None
 
-        extra = tuple(name for name in allocators.available() if name not in ALLOCATOR_NAMES)
-    except Exception:  # registry not importable yet: the fixed list is the contract
-        extra = ()
-    return ALLOCATOR_NAMES + extra
+
+def _spec_word_value(word: SpecWord, token: str) -> Any | None:
+    """`token` as the value of `word`, or None when it is not a word of that kind."""
+    if word.kind == "bytes":
+        return parse_bytes(token, field="allocator")
+    normalised = token.lower().replace("-", "_")
+    return normalised if normalised in word.choices else None
 
 
 def parse_allocator(text: str) -> dict[str, Any]:
     """'request_limit:pow2:best_fit' -> {'name': 'request_limit', 'params': {...}}; ValueError if unknown.
 
-    Tokens after the name: a placement (first_fit|best_fit|buddy) for the contiguous family, a
-    reservation (limit|oracle|pow2) for request_limit, a page size ("64KiB") for virtual.
+    The words after the name are the allocator's own `spec_words` (its entry in the registry), in any
+    order: a placement (first_fit|best_fit|buddy) for the contiguous family, a reservation
+    (limit|oracle|pow2) for request_limit, a page size ("64KiB") for virtual.
     """
     parts = [part.strip() for part in text.strip().split(":")]
     name = parts[0].lower().replace("-", "_")
-    known = _known_allocator_names()
-    if name not in known:
-        raise ValueError(f"unknown allocator {parts[0]!r} (known: {', '.join(known)})")
+    entry = _allocator_entry(name)
     params: dict[str, Any] = {}
     for token in parts[1:]:
-        word = token.lower().replace("-", "_")
-        if name in CONTIGUOUS_FAMILY and word in PLACEMENTS and "placement" not in params:
-            params["placement"] = word
-        elif name == "request_limit" and word in RESERVATIONS and "reservation" not in params:
-            params["reservation"] = word
-        elif name == "virtual" and "page_bytes" not in params:
-            params["page_bytes"] = parse_bytes(token, field="allocator")
+        for word in entry.spec_words:
+            if word.param in params:
+                continue
+            value = _spec_word_value(word, token)
+            if value is not None:
+                params[word.param] = value
+                break
         else:
-            allowed = {
-                "contiguous": f"a placement ({'|'.join(PLACEMENTS)})",
-                "request_limit": f"a reservation ({'|'.join(RESERVATIONS)}) and a placement "
-                f"({'|'.join(PLACEMENTS)})",
-                "virtual": "a page size such as 64KiB",
-            }.get(name, "nothing")
+            allowed = " and ".join(
+                f"{word.describe} ({'|'.join(word.choices)})" if word.choices else word.describe
+                for word in entry.spec_words
+            )
             raise ValueError(
-                f"{text!r}: unexpected {token!r}; after {name!r} the allowed parts are {allowed}"
+                f"{text!r}: unexpected {token!r}; after {name!r} the allowed parts are {allowed or 'nothing'}"
             )
     return {"name": name, "params": params}
 
@@ -140,15 +136,22 @@ class AllocatorSpec(BaseModel):
                 )
         return params
 
+    def entry(self) -> AllocatorEntry:
+        """What the registry knows of this allocator family."""
+        return _allocator_entry(self.name)
+
     @property
     def label(self) -> str:
-        """Short display name: 'paged', 'request_limit:oracle', 'contiguous:buddy'."""
+        """Short display name: 'paged', 'request_limit:oracle', 'contiguous:buddy' (spec-word order)."""
         parts = [self.name]
-        for key in ("reservation", "placement"):
-            if key in self.params:
-                parts.append(str(self.params[key]))
-        if "page_bytes" in self.params:
-            parts.append(format_bytes(self.params["page_bytes"]).replace(" ", "").replace(".00", ""))
+        for word in self.entry().spec_words:
+            if word.param not in self.params:
+                continue
+            value = self.params[word.param]
+            if word.kind == "bytes":
+                parts.append(format_bytes(value).replace(" ", "").replace(".00", ""))
+            else:
+                parts.append(str(value))
         return ":".join(parts)
 
 
@@ -349,34 +352,18 @@ class Scenario(BaseModel):
                 f"activation reserve {format_bytes(self.activation_reserve_bytes_per_gpu())}; raise it, "
                 "raise tensor_parallel_size or set kv_cache_memory"
             )
-        page_bytes = self.allocator.params.get("page_bytes")
-        unit = self.kv_bytes_per_token_per_layer_per_gpu()
-        if (
-            self.allocator.name == "virtual"
-            and page_bytes is not None
-            and (not isinstance(page_bytes, int) or page_bytes < unit or page_bytes % unit != 0)
-        ):
-            raise ValueError(
-                f"field 'allocator.params.page_bytes': must be a positive multiple of {unit} bytes "
-                f"(one layer's K for one token of {model.name} per GPU), "
-                f"e.g. {max(1, DEFAULT_PAGE_BYTES // unit) * unit} "
-                f"(got {page_bytes!r})"
-            )
+        entry, params = self.allocator.entry(), self.allocator_params()
+        problem = entry.problem(params)
+        if problem is not None:
+            param, what = problem
+            raise ValueError(f"field 'allocator.params.{param}': {what} (got {params.get(param)!r})")
         capacity = self.kv_capacity_tokens()
         budget_field = "kv_cache_memory" if self.kv_cache_memory is not None else "gpu_memory_utilization"
-        name = self.allocator.name
-        needed, what = 1, "one token"
-        if name == "contiguous":
-            needed, what = self.max_model_len, f"one max_model_len={self.max_model_len} sequence"
-        elif name == "paged":
-            needed, what = self.block_size, f"one block of block_size={self.block_size}"
-        elif name == "virtual":
-            page_tokens = self.virtual_page_tokens()
-            needed, what = page_tokens, f"one page ({page_tokens} tokens)"
+        needed, what = entry.capacity_needed(params)
         if capacity < needed:
             raise ValueError(
                 f"field '{budget_field}': the KV budget holds {capacity} tokens, less than {what} that the "
-                f"{name} allocator needs"
+                f"{self.allocator.name} allocator needs"
             )
 
     # -- specs and memory plan ----------------------------------------------------------------------------
@@ -432,55 +419,29 @@ class Scenario(BaseModel):
     def swap_space_tokens(self) -> int:
         return self.swap_space // self.kv_bytes_per_token_per_gpu()
 
-    def virtual_page_tokens(self) -> int:
-        """Tokens per physical page of the virtual allocator (page_bytes / one layer's K bytes per token).
-
-        The default page is the largest whole number of tokens that fits in 2 MiB.
-        """
-        unit = self.kv_bytes_per_token_per_layer_per_gpu()
-        page_bytes = self.allocator.params.get("page_bytes")
-        if isinstance(page_bytes, int) and page_bytes >= unit:
-            return page_bytes // unit
-        return max(1, DEFAULT_PAGE_BYTES // unit)
-
     def max_concurrency(self, tokens_per_request: int | None = None) -> float:
         """vLLM's 'Maximum concurrency for N tokens per request: X x' (N defaults to max_model_len)."""
         return self.kv_capacity_tokens() / (tokens_per_request or self.max_model_len)
 
-    def memory_plan(self) -> dict[str, Any]:
-        """Where the GPU memory goes, per GPU, for display (kvsim presets / run)."""
-        return {
-            "gpu_memory_bytes": self.gpu_spec().memory_bytes,
-            "gpu_memory_utilization": self.gpu_memory_utilization,
-            "weight_bytes_per_gpu": self.weight_bytes_per_gpu(),
-            "activation_reserve_bytes_per_gpu": (
-                None if self.kv_cache_memory is not None else self.activation_reserve_bytes_per_gpu()
-            ),
-            "kv_budget_bytes_per_gpu": self.kv_budget_bytes_per_gpu(),
-            "kv_bytes_per_token": self.kv_bytes_per_token(),
-            "kv_capacity_tokens": self.kv_capacity_tokens(),
-            "max_concurrency_at_max_model_len": self.max_concurrency(),
-        }
-
     # -- what other packages are called with --------------------------------------------------------------
 
     def allocator_params(self) -> dict[str, Any]:
-        """Full kwargs for `allocators.make_allocator(self.allocator.name, **params)`."""
-        name = self.allocator.name
+        """Full kwargs for `allocators.make_allocator(self.allocator.name, **params)`.
+
+        The scenario supplies the parameters the allocator's entry names in `scenario_params`, from
+        its own fields; the rest are the user's `allocator.params`.
+        """
+        supplied: dict[str, Any] = {
+            "max_model_len": self.max_model_len,
+            "block_size": self.block_size,
+            "enable_prefix_caching": self.enable_prefix_caching,
+            "num_layers": self.model_spec().num_layers,
+            "bytes_per_token_per_layer": self.kv_bytes_per_token_per_layer_per_gpu(),
+        }
+        entry = self.allocator.entry()
         params: dict[str, Any] = {"capacity_tokens": self.kv_capacity_tokens(), **self.allocator.params}
-        if name in CONTIGUOUS_FAMILY:
-            params["max_model_len"] = self.max_model_len
-        elif name == "paged":
-            params["max_model_len"] = self.max_model_len
-            params["block_size"] = self.block_size
-            params["enable_prefix_caching"] = self.enable_prefix_caching
-        elif name == "virtual":
-            per_layer = self.kv_bytes_per_token_per_layer_per_gpu()
-            params["max_model_len"] = self.max_model_len
-            params["num_layers"] = self.model_spec().num_layers
-            params["bytes_per_token_per_layer"] = per_layer
-            params["page_bytes"] = self.virtual_page_tokens() * per_layer
-        return params
+        params.update({key: value for key, value in supplied.items() if key in entry.scenario_params})
+        return entry.complete(params)
 
     def make_allocator(self) -> Any:
         import allocators

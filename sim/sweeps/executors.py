@@ -132,7 +132,7 @@ class LocalProcessExecutor:
                     else:
                         yield _died(key, attempts[key])
                     continue
-                except Exception as exc:  # noqa: BLE001 - e.g. an argument that does not pickle
+                except Exception as exc:  # e.g. an argument that does not pickle
                     yield Outcome(key, False, None, _first_line(exc), attempts[key])
                     continue
                 yield Outcome(key, True, value, "", attempts[key])

@@ -105,7 +105,7 @@ def execute_cell(task: CellTask) -> CellResult:
         if not task.write_in_worker:
             return CellResult(task.cell_id, ok=True, wall_s=time.perf_counter() - started, run=run)
         commit_run(run, cells_dir, task.cell_id)
-    except Exception as exc:  # noqa: BLE001 - a failed cell must not stop the sweep
+    except Exception as exc:  # a failed cell must not stop the sweep
         return CellResult(task.cell_id, ok=False, error=f"{type(exc).__name__}: {one_line(exc)}")
     return CellResult(task.cell_id, ok=True, wall_s=time.perf_counter() - started)
 

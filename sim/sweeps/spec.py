@@ -60,10 +60,6 @@ class SweepSpec:
     cells: tuple[Cell, ...]
     source: str  # the spec file, or "<spec>" for an in-memory dict
 
-    @property
-    def grid_keys(self) -> list[str]:
-        return [key for axis in self.axes for key in axis]
-
 
 def cell_id(overrides: Mapping[str, Any]) -> str:
     """Stable id of a cell: the first hex digits of the SHA-256 of its overrides as canonical JSON.
@@ -83,7 +79,7 @@ def one_line(exc: BaseException) -> str:
             first = errors()[0]
             loc = ".".join(str(part) for part in first.get("loc", ()))
             return f"{loc}: {first.get('msg', '')}".strip(": ")
-        except Exception:  # noqa: BLE001 - fall back to the text
+        except Exception:  # fall back to the text
             pass
     text = str(exc).strip() or type(exc).__name__
     return text.splitlines()[0]
