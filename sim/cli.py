@@ -19,6 +19,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "report",  # kvsim report        (reports issue)
     "sweep",  # kvsim sweep / capacity (sweeps issue)
     "gpu",  # kvsim calibrate / replay (gpu issue)
+    "cost",  # kvsim cost validate (cost model issue)
 )
 
 

@@ -44,7 +44,9 @@ class ProfileArrays:
             if key not in cache:
                 cache[key] = LayerCoefficients.of(row_shape(row._asdict()), int(row.tp))
             c = cache[key]
-            rows.append((c.weight_bytes, c.gemm_bytes_per_token, c.elementwise_bytes_per_token, c.flops_per_token))
+            rows.append(
+                (c.weight_bytes, c.gemm_bytes_per_token, c.elementwise_bytes_per_token, c.flops_per_token)
+            )
         table = np.asarray(rows, dtype=np.float64).reshape(-1, 4)
         return cls(
             tokens=frame["num_tokens"].to_numpy(np.float64),
@@ -58,7 +60,10 @@ class ProfileArrays:
 
     def predict_s(self, fit: LinearFit, hbm_bytes_per_s: float, peak_flops: float) -> np.ndarray:
         coefficients = LayerCoefficients(
-            self.weight_bytes, self.gemm_bytes_per_token, self.elementwise_bytes_per_token, self.flops_per_token
+            self.weight_bytes,
+            self.gemm_bytes_per_token,
+            self.elementwise_bytes_per_token,
+            self.flops_per_token,
         )
         return np.asarray(layer_time_s(coefficients, self.tokens, fit, hbm_bytes_per_s, peak_flops))
 
@@ -66,7 +71,10 @@ class ProfileArrays:
         self, hbm_efficiency: float, flops_efficiency: float, hbm_bytes_per_s: float, peak_flops: float
     ) -> np.ndarray:
         coefficients = LayerCoefficients(
-            self.weight_bytes, self.gemm_bytes_per_token, self.elementwise_bytes_per_token, self.flops_per_token
+            self.weight_bytes,
+            self.gemm_bytes_per_token,
+            self.elementwise_bytes_per_token,
+            self.flops_per_token,
         )
         return np.asarray(
             roofline_layer_time_s(
@@ -153,7 +161,9 @@ def fit_linear(
 
     def objective(params: np.ndarray) -> float:
         fit = _fit_from_params(params, source)
-        errors = [np.abs(a.predict_s(fit, hbm_bytes_per_s, peak_flops) / a.measured_s - 1.0) for a in profiles]
+        errors = [
+            np.abs(a.predict_s(fit, hbm_bytes_per_s, peak_flops) / a.measured_s - 1.0) for a in profiles
+        ]
         return float(np.mean(np.concatenate(errors)))
 
     start = np.log([_START[0], _START[1], _START[2] - 1.0, _START[3]])
@@ -174,7 +184,9 @@ def load_profiles(paths: Sequence[str | Path]) -> dict[str, ProfileArrays]:
 # All-reduce tables
 
 
-def fit_all_reduce(path: str | Path, bins: int = 16) -> dict[int, tuple[tuple[float, ...], tuple[float, ...]]]:
+def fit_all_reduce(
+    path: str | Path, bins: int = 16
+) -> dict[int, tuple[tuple[float, ...], tuple[float, ...]]]:
     """Per group size: binned medians of (size, time), log-spaced bins, made non-decreasing in size.
 
     Why binned medians: the files hold ~1,000 noisy sizes per group; the median of each log-spaced bin
