@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from sim.cost_linear import LayerCoefficients, LayerShape, _compute_params
+from sim.cost_linear import LayerCoefficients, LayerShape
 from sim.cost_network import AllReduceModel
 from sim.cost_overhead import DEFAULT_ENGINE, engine_overhead
 from sim.errors import ScenarioError
@@ -101,4 +101,4 @@ def step_parts(scenario: Scenario, engine: str | None = None) -> StepParts:
     )
 
 
-__all__ = ["StepParts", "_compute_params", "explicit_value", "scenario_engine", "step_parts"]
+__all__ = ["StepParts", "explicit_value", "scenario_engine", "step_parts"]

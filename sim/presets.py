@@ -155,12 +155,20 @@ GPU_PRESETS: dict[str, GpuSpec] = {
 # fractions (same chip, applied to their own datasheet bandwidth and FLOP/s) or, with no sibling, the
 # mean of the measured GPUs (UNMEASURED_LINEAR_FIT).
 _A100_FIT = LinearFit(
-    hbm_fraction=0.7689, flops_fraction=0.6941, smooth_p=1.704, fixed_s=3.535e-05,
-    source="Vidur a100_Llama-2-70b-hf, a100_Llama-2-7b-hf, a100_Meta-Llama-3-8B", mape_pct=3.95,
+    hbm_fraction=0.7689,
+    flops_fraction=0.6941,
+    smooth_p=1.704,
+    fixed_s=3.535e-05,
+    source="Vidur a100_Llama-2-70b-hf, a100_Llama-2-7b-hf, a100_Meta-Llama-3-8B",
+    mape_pct=3.95,
 )
 _H100_FIT = LinearFit(
-    hbm_fraction=0.949, flops_fraction=0.6967, smooth_p=1.443, fixed_s=3.844e-05,
-    source="Vidur h100_Llama-2-70b-hf, h100_Llama-2-7b-hf", mape_pct=5.4,
+    hbm_fraction=0.949,
+    flops_fraction=0.6967,
+    smooth_p=1.443,
+    fixed_s=3.844e-05,
+    source="Vidur h100_Llama-2-70b-hf, h100_Llama-2-7b-hf",
+    mape_pct=5.4,
 )
 UNMEASURED_LINEAR_FIT = LinearFit(
     hbm_fraction=round((_A100_FIT.hbm_fraction + _H100_FIT.hbm_fraction) / 2, 4),

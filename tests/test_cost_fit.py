@@ -75,10 +75,11 @@ def test_validate_each_shared_file_is_within_ten_percent(path: Path, capsys) -> 
 
 
 @needs_profiles
-def test_leave_one_model_out_generalises_on_h100() -> None:
-    paths = [p for p in MLP_FILES if p.name.startswith("h100_")]
+@pytest.mark.parametrize("gpu", ["A100-80GB", "H100-80GB"])
+def test_leave_one_model_out_generalises(gpu: str) -> None:
+    paths = [p for p in MLP_FILES if p.name.startswith(gpu.split("-")[0].lower() + "_")]
     arrays = load_profiles(paths)
-    spec = gpu_preset("H100-80GB")
+    spec = gpu_preset(gpu)
     for held_out, data in arrays.items():
         others = [a for name, a in arrays.items() if name != held_out]
         fit = fit_linear(others, spec.hbm_bandwidth_bytes_per_s, spec.peak_flops, "lomo")

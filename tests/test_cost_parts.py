@@ -151,6 +151,7 @@ def test_tp_step_time_includes_two_all_reduces_per_layer() -> None:
     tokens = 256
     expected = 2 * 80 * table.time_s(tokens * 8192)
     assert cost.all_reduce_time_s(tokens) == pytest.approx(expected)
+    assert cost.describe()["all_reduce_network"] == "h100_dgx"
     parts = (
         cost.overhead_time_s(tokens)
         + cost.linear_time_s(tokens)
