@@ -1,4 +1,4 @@
-"""The calibration profile: a versioned JSON that `sim.scenario.cost` reads (schema in docs/calibration.md).
+"""The calibration profile: a versioned JSON that `sim.cost.model` reads (schema in docs/calibration.md).
 
 Why hand-written validation: the profile crosses from the GPU machine (which may lack pydantic) to
 every simulation, so a bad or stale file must fail at load time with ONE line naming the file and the

@@ -20,8 +20,8 @@ import pandas as pd
 import sim
 from sim.core.engine import EngineConfig, run_engine
 from sim.core.metrics import summarize
+from sim.cost.model import CostModel
 from sim.results import Run
-from sim.scenario.cost import CostModel
 from sim.scenario.scenario import Scenario
 
 # `kvsim compare` with no --allocators: the paper's contenders, same workload and seed for each.

@@ -11,8 +11,9 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
+from sim.cost.model import CostModel, analytic_layout_factor, load_calibration, prefill_attention_pairs
 from sim.errors import user_error_types
-from sim.scenario.cost import CostModel, analytic_layout_factor, load_calibration, prefill_attention_pairs
+from sim.scenario.presets import gpu_linear_fit
 from sim.scenario.scenario import Scenario, default_scenario
 
 PROFILE = Path(__file__).resolve().parent / "data" / "calibration_small.json"
@@ -33,22 +34,58 @@ def _stepwise(cost: CostModel, n: int, context: int, k: int) -> list[float]:
 # --- the analytic roofline by hand ----------
 
 
-def test_decode_step_is_memory_bound_and_matches_hand_computation() -> None:
-    cost = CostModel.from_scenario(default_scenario())  # paged, block 16, efficiencies 0.8 / 0.5
+def _opt13b_linear_by_hand(tokens: int, hbm_fraction: float, flops_fraction: float, p: float, fixed_s: float):
+    """OPT-13B on an A100-40GB: the linear layers' time, re-derived from the model's numbers."""
+    layers, hidden, heads = 40, 5120, 40
+    attention_params = hidden * 3 * hidden + hidden * hidden  # QKV (MHA) + output projection
+    mlp = round((12_853_473_280 / layers - attention_params) / (3 * hidden))  # gated-equivalent width
+    gemm_io = (hidden + 3 * hidden) + (2 * hidden) + (hidden + 2 * mlp) + (mlp + hidden)
+    elementwise = 4 * hidden + 2 * (2 * hidden) + (2 * mlp + mlp) + 3 * hidden
+    bandwidth, flops = A100_40_HBM * hbm_fraction, A100_40_FLOPS * flops_fraction
+    memory = (OPT13B_WEIGHT_BYTES + tokens * layers * 2 * gemm_io) / bandwidth
+    compute = tokens * 2 * 12_853_473_280 / flops
+    gemm = (memory**p + compute**p) ** (1 / p)
+    assert heads * 128 == hidden
+    return layers * fixed_s + gemm + tokens * layers * 2 * elementwise / bandwidth
+
+
+def test_decode_step_is_the_sum_of_its_parts_by_hand() -> None:
+    cost = CostModel.from_scenario(default_scenario())  # paged 16, vllm-v0, the A100 fit
+    fit = gpu_linear_fit("A100-40GB")
     context = 10 * 500
     layout = 1 + 0.02 + 0.18 / 16
-    memory = (OPT13B_WEIGHT_BYTES + context * OPT13B_KV_BYTES_PER_TOKEN * layout) / (A100_40_HBM * 0.8)
-    compute = (10 * 2 * 12_853_473_280 + context * 4 * 40 * 40 * 128) / (A100_40_FLOPS * 0.5)
-    assert memory > compute
-    assert cost.step_time_s(0, 10, context) == pytest.approx(memory + 0.002, rel=1e-12)
+    linear = _opt13b_linear_by_hand(10, fit.hbm_fraction, fit.flops_fraction, fit.smooth_p, fit.fixed_s)
+    kv_read = context * OPT13B_KV_BYTES_PER_TOKEN * layout / (A100_40_HBM * fit.hbm_fraction)
+    attention_flops = context * 4 * 40 * 40 * 128 / (A100_40_FLOPS * fit.flops_fraction)
+    overhead = 1.330e-3 + 10 * 0.1052e-3  # vllm-v0: Vidur's measured CPU overhead line
+    assert kv_read > attention_flops  # decode attention is memory-bound
+    assert cost.step_time_s(0, 10, context) == pytest.approx(overhead + linear + kv_read, rel=1e-12)
+    assert cost.linear_time_s(10) == pytest.approx(linear, rel=1e-12)
+    assert cost.overhead_time_s(10) == pytest.approx(overhead, rel=1e-12)
+    assert cost.all_reduce_time_s(10) == 0.0  # TP 1
+
+
+def test_explicit_knobs_replace_the_fit_and_the_engine_overhead() -> None:
+    cost = CostModel.from_scenario(_scenario(hbm_efficiency=0.8, flops_efficiency=0.5, step_overhead_s="2ms"))
+    fit = gpu_linear_fit("A100-40GB")
+    context = 10 * 500
+    layout = 1 + 0.02 + 0.18 / 16
+    linear = _opt13b_linear_by_hand(10, 0.8, 0.5, fit.smooth_p, fit.fixed_s)
+    kv_read = context * OPT13B_KV_BYTES_PER_TOKEN * layout / (A100_40_HBM * 0.8)
+    assert cost.step_time_s(0, 10, context) == pytest.approx(0.002 + linear + kv_read, rel=1e-12)
+    assert cost.overhead_time_s(200) == 0.002  # an explicit constant has no per-sequence term
 
 
 def test_prefill_step_is_compute_bound_and_counts_attention_pairs() -> None:
     cost = CostModel.from_scenario(default_scenario())
+    fit = gpu_linear_fit("A100-40GB")
     pairs = prefill_attention_pairs(2000)
-    compute = (2000 * 2 * 12_853_473_280 + pairs * 4 * 40 * 40 * 128) / (A100_40_FLOPS * 0.5)
-    assert cost.step_time_s(2000, 0, 0, pairs) == pytest.approx(compute + 0.002, rel=1e-12)
+    linear = _opt13b_linear_by_hand(2000, fit.hbm_fraction, fit.flops_fraction, fit.smooth_p, fit.fixed_s)
+    attention = pairs * 4 * 40 * 40 * 128 / (A100_40_FLOPS * fit.flops_fraction)
+    assert cost.step_time_s(2000, 0, 0, pairs) == pytest.approx(1.330e-3 + linear + attention, rel=1e-12)
     assert cost.step_time_s(2000, 0, 0, pairs) > cost.step_time_s(2000, 0, 0)
+    compute_only = 2000 * 2 * 12_853_473_280 / (A100_40_FLOPS * fit.flops_fraction)
+    assert linear > compute_only  # the smooth max and elementwise ops only add to the GEMM FLOPs
 
 
 def test_prefill_attention_pairs_by_hand() -> None:
@@ -101,14 +138,16 @@ def test_swap_time_uses_pcie() -> None:
 # --- k decode steps at once == stepping one at a time ----------
 
 
-def test_closed_form_crosses_from_compute_to_memory_bound() -> None:
-    cost = CostModel.from_scenario(_scenario(max_num_seqs=256))
-    n, context, k = 256, 256 * 10, 400
+def test_closed_form_crosses_from_memory_to_compute_bound_attention() -> None:
+    # A calibrated KV read has an intercept; with a what-if tiny FLOPs fraction the attention FLOPs
+    # line starts below it and overtakes it: the jump must split at the crossing.
+    cost = CostModel.from_scenario(_scenario(calibration=str(PROFILE), flops_efficiency=0.001))
+    n, context, k = 4, 4, 400
     steps = _stepwise(cost, n, context, k)
-    first_compute = cost.compute_time_s(n, context) + cost.step_overhead_s
-    last_memory = cost.memory_time_s(n, context + (k - 1) * n) + cost.step_overhead_s
-    assert steps[0] == pytest.approx(first_compute)  # starts compute-bound...
-    assert steps[-1] == pytest.approx(last_memory)  # ...ends memory-bound
+    batch = cost.batch_time_s(n, n)
+    last_context = context + (k - 1) * n
+    assert steps[0] == pytest.approx(batch + cost.memory_time_s(n, context))  # starts KV-read bound...
+    assert steps[-1] == pytest.approx(batch + cost.attention_compute_time_s(last_context))  # ...ends FLOPs
     assert cost.decode_steps_time_s(n, context, k) == pytest.approx(math.fsum(steps), rel=1e-9)
     assert np.allclose(cost.decode_step_durations_s(n, context, k), steps, rtol=1e-12)
 
@@ -121,19 +160,35 @@ def test_closed_form_crosses_from_compute_to_memory_bound() -> None:
     flops=st.floats(0.01, 1.0),
     block=st.sampled_from([1, 8, 16, 32]),
     use_profile=st.booleans(),
+    engine=st.sampled_from(["vllm-v0", "vllm-v1"]),
+    tp=st.sampled_from([1, 2, 8]),
+    fitted=st.booleans(),
 )
-@example(n=256, context_per_seq=10, k=3000, hbm=0.8, flops=0.5, block=16, use_profile=False)
-@example(n=256, context_per_seq=10, k=3000, hbm=0.8, flops=0.5, block=16, use_profile=True)
+@example(n=256, context_per_seq=10, k=3000, hbm=0.8, flops=0.5, block=16, use_profile=False,
+         engine="vllm-v0", tp=1, fitted=False)  # fmt: skip
+@example(n=256, context_per_seq=10, k=3000, hbm=0.8, flops=0.5, block=16, use_profile=True,
+         engine="vllm-v1", tp=2, fitted=True)  # fmt: skip
 def test_closed_form_equals_stepwise_sum(
-    n: int, context_per_seq: int, k: int, hbm: float, flops: float, block: int, use_profile: bool
+    n: int,
+    context_per_seq: int,
+    k: int,
+    hbm: float,
+    flops: float,
+    block: int,
+    use_profile: bool,
+    engine: str,
+    tp: int,
+    fitted: bool,
 ) -> None:
+    knobs = {} if fitted else {"hbm_efficiency": hbm, "flops_efficiency": flops}
     scenario = _scenario(
-        hbm_efficiency=hbm,
-        flops_efficiency=flops,
         block_size=block,
         calibration=str(PROFILE) if use_profile else None,
+        tensor_parallel_size=tp,
+        **knobs,
     )
-    cost = CostModel.from_scenario(scenario)
+    cost = CostModel.from_scenario(scenario, engine=engine)
+    assert (cost.all_reduce is not None) == (tp > 1)
     context = n * context_per_seq
     expected = math.fsum(_stepwise(cost, n, context, k))
     assert cost.decode_steps_time_s(n, context, k) == pytest.approx(expected, rel=1e-9, abs=1e-15)
@@ -244,8 +299,7 @@ def test_bad_profile_is_one_line_naming_the_file_and_key(tmp_path: Path, how: st
 
 
 def test_gpu_default_profile_agrees_with_the_analytic_model() -> None:
-    from gpu import profile as profile_module
-
+    profile_module = pytest.importorskip("gpu.profile")
     scenario = default_scenario()
     analytic = CostModel.from_scenario(scenario)
     profile = profile_module.default_profile(scenario.gpu_spec().hbm_bandwidth_bytes_per_s, "A100 analytic")

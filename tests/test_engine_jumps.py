@@ -141,3 +141,21 @@ def test_real_allocators_jumps_equal_stepping(allocator: str) -> None:
         a, b = jumped.metrics[f"kv_{part}_pct"], stepped.metrics[f"kv_{part}_pct"]
         assert abs(a - b) <= 1e-9, part  # percentage points: exact for every shipped allocator
     assert jumped.metrics["engine_turns"] < stepped.metrics["engine_turns"]
+
+
+@pytest.mark.parametrize(("engine", "tp"), [("vllm-v0", 1), ("vllm-v0", 2), ("vllm-v1", 1), ("vllm-v1", 4)])
+def test_real_cost_model_jumps_equal_stepping_per_engine_and_tp(engine: str, tp: int) -> None:
+    """The fitted cost model (overhead by batch size, smooth-max linear layers, TP all-reduce) keeps
+    the jump exact: all of its batch-dependent parts are constant while a decode jump runs."""
+    from sim.cost.model import CostModel
+    from sim.scenario.scenario import default_scenario
+
+    scenario = default_scenario().with_overrides(tensor_parallel_size=tp)
+    cost = CostModel.from_scenario(scenario, engine=engine)
+    assert cost.engine == engine and (cost.all_reduce is not None) == (tp > 1)
+    requests = random_requests(np.random.default_rng(11), 150, rate=20.0, mean_prompt=120, mean_output=100)
+    config = {"max_num_seqs": 32, "max_num_batched_tokens": 2048, "max_model_len": 2048}
+    jumped, stepped = both_ways(requests, lambda: FakePaged(2500, 16), cost, **config)
+    assert_same_requests(jumped.requests, stepped.requests)
+    assert_same_taxonomy(jumped, stepped)
+    assert jumped.totals["turns"] < stepped.totals["turns"]

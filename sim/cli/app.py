@@ -20,6 +20,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "report",  # kvsim report
     "sweep",  # kvsim sweep / capacity
     "gpu",  # kvsim calibrate / replay
+    "cost",  # kvsim cost validate
 )
 
 

@@ -17,7 +17,7 @@ __all__ = ["Allocator", "AllocatorBase", "StepCostModel"]
 
 
 class StepCostModel(Protocol):
-    """What the engine asks of a step-time model (sim.scenario.cost.CostModel; tests use small fakes)."""
+    """What the engine asks of a step-time model (sim.cost.model.CostModel; tests use small fakes)."""
 
     def step_time_s(
         self,

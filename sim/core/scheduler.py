@@ -305,7 +305,7 @@ class Scheduler:
     def _add_chunk(self, plan: StepPlan, group: PrefillGroup, chunk: int) -> None:
         plan.chunks.append((group, chunk))
         plan.prefill_tokens += chunk
-        # Causal (query, key) pairs, as sim.scenario.cost.prefill_attention_pairs (inlined: runs per chunk).
+        # Causal (query, key) pairs, as sim.cost.model.prefill_attention_pairs (inlined: runs per chunk).
         plan.prefill_context_tokens += chunk * group.context_tokens + chunk * (chunk + 1) // 2
         if chunk == group.compute_left:
             plan.first_tokens += len(group.seq_ids)

@@ -1,10 +1,13 @@
-"""How long one serving step takes: an analytic roofline, optionally calibrated on a real GPU.
+"""How long one serving step takes: a sum of parts, each fitted or measured, optionally calibrated.
 
-Why a roofline: a decode step reads every weight once and every decoding sequence's KV once, and does
-2 x parameters FLOPs per token, so its time is the larger of a memory time and a compute time, plus a
-fixed per-step overhead (scheduling, sampling, kernel launches). Both times are linear in the step's
-token count and context sum, which is what lets the engine jump k decode steps at once: the total of k
-steps is a sum of the maximum of two lines, which has a closed form (`decode_steps_time_s`).
+Why parts: a step runs the framework's CPU work, every layer's linear ops (GEMMs that read all weights
+once and do 2 x parameters FLOPs per token, plus elementwise kernels), the TP all-reduces and the
+attention, one after another. Each part is checked on its own (docs/cost_model.md): the linear ops
+against Vidur's measured per-layer times (`kvsim cost validate`, fitted per GPU in sim/cost/fit.py),
+the all-reduce from measured NCCL tables, the overhead from public measurements per engine preset.
+Only the attention depends on the context, and it is the max of two lines in the context sum (FLOPs
+and KV bytes); everything else depends on the batch alone, which is constant while the engine jumps
+k decode steps at once, so the total of k steps keeps a closed form (`decode_steps_time_s`).
 
 A calibration profile from gpu/ (schema v1, docs/cost_model.md "Cost model") replaces the KV-read term
 with a fit measured on the GPU for the allocator's real layout, and the paged layout factor with the
@@ -19,6 +22,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from sim.cost.linear import _compute_params
+from sim.cost.network import AllReduceModel
+from sim.cost.overhead import DEFAULT_ENGINE
+from sim.cost.parts import step_parts
 
 if TYPE_CHECKING:
     from sim.scenario.scenario import Scenario
@@ -158,7 +166,10 @@ class CostModel:
     """Step durations for one scenario. Build it with `CostModel.from_scenario(scenario)`.
 
     All coefficients are per GPU of the tensor-parallel group (every rank does 1/TP of the work in
-    parallel; the all-reduce between ranks is not modelled).
+    parallel). A step's time is the sum of its parts (docs/cost_model.md "Cost model"):
+    framework overhead (engine preset, by batch size) + linear layers (fitted, by batch tokens)
+    + TP all-reduce (measured tables, by batch tokens) + attention (max of the causal-pair FLOPs and
+    the decode KV read, both lines in the context sum).
     """
 
     weight_bytes: float  # per GPU, read once per step
@@ -166,22 +177,39 @@ class CostModel:
         float  # per GPU: K and V of every layer, read once per step per decoding token of context
     )
     num_layers: int
-    flops_per_token: float  # 2 x params / TP
+    flops_per_token: float  # 2 x compute params / TP
     attention_flops_per_pair: float  # 4 x layers x heads x head_dim / TP, per (query, key) pair
-    hbm_bytes_per_s: float  # effective: peak x hbm_efficiency
-    flops_per_s: float  # effective: peak x flops_efficiency
+    hbm_bytes_per_s: float  # effective: peak x achieved fraction (fitted, or hbm_efficiency)
+    flops_per_s: float  # effective: peak x achieved fraction (fitted, or flops_efficiency)
     pcie_bytes_per_s: float
-    step_overhead_s: float
+    step_overhead_s: float  # per step, whatever the batch (engine preset's base, or the explicit knob)
     layout_factor: float  # paged-over-contiguous KV-read time (1.0 for contiguous layouts)
     block_size: int  # tokens per block of the allocator (or of the selected paged fit)
     kv_fit: KvReadFit | None = None  # measured KV-read fit for the allocator's layout
     kv_fit_scale: float = 1.0  # ratio applied when only the contiguous fit exists for a paged layout
     constant_step_s: float | None = None
     source: str = "analytic"
+    overhead_per_seq_s: float = 0.0  # per sequence in the step (engine preset)
+    gemm_bytes_per_token: float = 0.0  # all layers: GEMM inputs read and outputs written per token
+    elementwise_bytes_per_token: float = 0.0  # all layers: norms, RoPE, activation, residual add
+    smooth_p: float = math.inf  # exponent of the memory/compute smooth maximum (inf: hard max)
+    linear_fixed_s: float = 0.0  # all layers: the kernels' latency floor per step
+    all_reduce: AllReduceModel | None = None  # None for TP 1
+    all_reduce_elements_per_token: float = 0.0  # fp16-element equivalents of one token's hidden state
+    all_reduces_per_step: int = 0  # 2 x layers with TP > 1
+    engine: str = DEFAULT_ENGINE
+    linear_fit_source: str = ""
 
     @classmethod
-    def from_scenario(cls, scenario: Scenario, profile: dict[str, Any] | None = None) -> CostModel:
-        """The scenario's cost model; loads `scenario.calibration` unless `profile` is given."""
+    def from_scenario(
+        cls, scenario: Scenario, profile: dict[str, Any] | None = None, engine: str | None = None
+    ) -> CostModel:
+        """The scenario's cost model; loads `scenario.calibration` unless `profile` is given.
+
+        `engine` (default: the scenario's `engine` field when it has one, else "vllm-v0") selects the
+        framework-overhead preset. Explicitly set `hbm_efficiency`, `flops_efficiency` and
+        `step_overhead_s` override the GPU's fitted fractions and the engine's overhead.
+        """
         model, gpu, tp = scenario.model_spec(), scenario.gpu_spec(), scenario.tensor_parallel_size
         if profile is None and scenario.calibration:
             profile = load_calibration(scenario.calibration)
@@ -203,22 +231,33 @@ class CostModel:
             layout_factor = scenario.kv_layout_factor
             if kv_fit is not None and kv_fit.layout == CONTIGUOUS_LAYOUT:
                 kv_fit_scale = layout_factor
+        parts = step_parts(scenario, engine)
         return cls(
             weight_bytes=scenario.weight_bytes_per_gpu(),
             kv_bytes_per_token=scenario.kv_bytes_per_token_per_gpu(),
             num_layers=model.num_layers,
-            flops_per_token=2.0 * model.num_params / tp,
+            flops_per_token=2.0 * _compute_params(model) / tp,
             attention_flops_per_pair=4.0 * model.num_layers * model.num_attention_heads * model.head_dim / tp,
-            hbm_bytes_per_s=gpu.hbm_bandwidth_bytes_per_s * scenario.hbm_efficiency,
-            flops_per_s=gpu.peak_flops * scenario.flops_efficiency,
+            hbm_bytes_per_s=gpu.hbm_bandwidth_bytes_per_s * parts.hbm_fraction,
+            flops_per_s=gpu.peak_flops * parts.flops_fraction,
             pcie_bytes_per_s=gpu.pcie_bandwidth_bytes_per_s,
-            step_overhead_s=scenario.step_overhead_s,
+            step_overhead_s=parts.overhead_base_s,
             layout_factor=layout_factor,
             block_size=kv_fit.block_size if kv_fit is not None and kv_fit.block_size else block_size,
             kv_fit=kv_fit,
             kv_fit_scale=kv_fit_scale,
             constant_step_s=scenario.constant_step_s,
             source=source if scenario.constant_step_s is None else "constant",
+            overhead_per_seq_s=parts.overhead_per_seq_s,
+            gemm_bytes_per_token=parts.gemm_bytes_per_token,
+            elementwise_bytes_per_token=parts.elementwise_bytes_per_token,
+            smooth_p=parts.smooth_p,
+            linear_fixed_s=parts.linear_fixed_s,
+            all_reduce=parts.all_reduce,
+            all_reduce_elements_per_token=parts.all_reduce_elements_per_token,
+            all_reduces_per_step=parts.all_reduces_per_step,
+            engine=parts.engine,
+            linear_fit_source=parts.linear_fit_source,
         )
 
     # -- the KV-read term -----------------------------------------------------------------------------------
@@ -269,16 +308,57 @@ class CostModel:
         """Moving `tokens` of KV over PCIe one way (each rank moves its own shard in parallel)."""
         return max(0, tokens) * self.kv_bytes_per_token / self.pcie_bytes_per_s
 
-    # -- one step -------------------------------------------------------------------------------------------
+    # -- the parts of one step ------------------------------------------------------------------------------
 
-    def compute_time_s(self, tokens: int, attention_pairs: int) -> float:
-        return (
-            tokens * self.flops_per_token + attention_pairs * self.attention_flops_per_pair
-        ) / self.flops_per_s
+    def overhead_time_s(self, num_seqs: int) -> float:
+        """Framework (CPU) time exposed per step with `num_seqs` sequences (engine preset)."""
+        return self.step_overhead_s + self.overhead_per_seq_s * max(0, num_seqs)
+
+    def linear_time_s(self, tokens: int) -> float:
+        """All layers' linear ops (GEMMs, norms, activation, adds) for `tokens` batch tokens.
+
+        fixed + smooth_max(weights and GEMM I/O over HBM, GEMM FLOPs over peak) + elementwise bytes
+        over HBM (sim/cost/linear.py); the fraction of peak of each side is the GPU's fit.
+        """
+        if tokens <= 0:
+            return 0.0
+        memory = (self.weight_bytes + tokens * self.gemm_bytes_per_token) / self.hbm_bytes_per_s
+        compute = tokens * self.flops_per_token / self.flops_per_s
+        if math.isinf(self.smooth_p):
+            gemm = max(memory, compute)
+        else:
+            big = max(memory, compute)
+            p = self.smooth_p
+            gemm = big * ((memory / big) ** p + (compute / big) ** p) ** (1.0 / p)
+        return self.linear_fixed_s + gemm + tokens * self.elementwise_bytes_per_token / self.hbm_bytes_per_s
+
+    def all_reduce_time_s(self, tokens: int) -> float:
+        """TP all-reduces of one step: two per layer, each of tokens x hidden x dtype bytes (0 at TP 1)."""
+        if self.all_reduce is None or tokens <= 0:
+            return 0.0
+        return self.all_reduces_per_step * self.all_reduce.time_s(tokens * self.all_reduce_elements_per_token)
+
+    def attention_compute_time_s(self, attention_pairs: int) -> float:
+        """FLOPs of `attention_pairs` causal (query, key) pairs (QK^T and PV) at the achieved FLOP/s."""
+        return attention_pairs * self.attention_flops_per_pair / self.flops_per_s
 
     def memory_time_s(self, num_decode_seqs: int, decode_context_tokens: int) -> float:
+        """The decode KV read (the memory side of attention), as in `_kv_read_lines`."""
         intercept, slope = self._kv_read_lines(num_decode_seqs)
-        return self.weight_bytes / self.hbm_bytes_per_s + intercept + slope * decode_context_tokens
+        return intercept + slope * decode_context_tokens
+
+    def attention_time_s(
+        self, num_decode_seqs: int, decode_context_tokens: int, attention_pairs: int
+    ) -> float:
+        """max(attention FLOPs, decode KV read): one fused attention call per layer does both."""
+        return max(
+            self.attention_compute_time_s(attention_pairs),
+            self.memory_time_s(num_decode_seqs, decode_context_tokens),
+        )
+
+    def batch_time_s(self, tokens: int, num_seqs: int) -> float:
+        """The parts that depend only on the batch (constant while a decode jump runs)."""
+        return self.overhead_time_s(num_seqs) + self.linear_time_s(tokens) + self.all_reduce_time_s(tokens)
 
     def step_time_s(
         self,
@@ -287,34 +367,39 @@ class CostModel:
         decode_context_tokens: int,
         prefill_context_tokens: int = 0,
     ) -> float:
-        """Duration of one step: max(compute, memory) + overhead; 0 for an empty step.
+        """Duration of one step: overhead + linear + all-reduce + attention; 0 for an empty step.
 
         `decode_context_tokens`: KV tokens attended by all decoding sequences together (their context
         sum). `prefill_context_tokens`: causal (query, key) pairs of the step's prefill, see
-        `prefill_attention_pairs` (0 ignores prefill attention FLOPs).
+        `prefill_attention_pairs` (0 ignores prefill attention FLOPs). The overhead counts the decoding
+        sequences (the engine passes no count of prefilling ones).
         """
         if prefill_tokens <= 0 and num_decode_seqs <= 0:
             return 0.0
         if self.constant_step_s is not None:
             return self.constant_step_s
-        compute = self.compute_time_s(
-            prefill_tokens + num_decode_seqs, decode_context_tokens + prefill_context_tokens
+        fixed = self.batch_time_s(prefill_tokens + num_decode_seqs, num_decode_seqs)
+        return fixed + self.attention_time_s(
+            num_decode_seqs, decode_context_tokens, decode_context_tokens + prefill_context_tokens
         )
-        memory = self.memory_time_s(num_decode_seqs, decode_context_tokens)
-        return max(compute, memory) + self.step_overhead_s
 
     # -- k decode-only steps at once ------------------------------------------------------------------------
 
     def _decode_pieces(
         self, num_decode_seqs: int, context_tokens_sum: int, k: int
     ) -> list[tuple[int, int, float, float]]:
-        """Step i of k (context sum C0 + i x n) lasts intercept + slope x i on each range [lo, hi)."""
+        """Step i of k (context sum C0 + i x n) lasts intercept + slope x i on each range [lo, hi).
+
+        Everything but attention depends on the batch only (n sequences, n tokens): a constant. The
+        attention is the max of two lines in i, split at their crossing.
+        """
         n = num_decode_seqs
         if self.constant_step_s is not None:
             return [(0, k, self.constant_step_s, 0.0)]
-        compute_0 = self.compute_time_s(n, context_tokens_sum) + self.step_overhead_s
+        fixed = self.batch_time_s(n, n)
+        compute_0 = fixed + self.attention_compute_time_s(context_tokens_sum)
         compute_1 = n * self.attention_flops_per_pair / self.flops_per_s
-        memory_0 = self.memory_time_s(n, context_tokens_sum) + self.step_overhead_s
+        memory_0 = fixed + self.memory_time_s(n, context_tokens_sum)
         _, kv_slope = self._kv_read_lines(n)
         memory_1 = n * kv_slope
         gap_0, gap_1 = compute_0 - memory_0, compute_1 - memory_1  # compute wins where gap >= 0
@@ -401,6 +486,7 @@ class CostModel:
         """JSON-safe summary of the coefficients (goes into summary.json and `kvsim run` output)."""
         return {
             "source": self.source,
+            "engine": self.engine,
             "layout_factor": self.layout_factor,
             "block_size": self.block_size,
             "kv_fit_layout": None if self.kv_fit is None else self.kv_fit.layout,
@@ -408,6 +494,11 @@ class CostModel:
             "kv_bytes_per_token": self.kv_bytes_per_token,
             "hbm_bytes_per_s": self.hbm_bytes_per_s,
             "flops_per_s": self.flops_per_s,
+            "smooth_p": None if math.isinf(self.smooth_p) else self.smooth_p,
+            "linear_fixed_s": self.linear_fixed_s,
+            "linear_fit_source": self.linear_fit_source,
             "step_overhead_s": self.step_overhead_s,
+            "overhead_per_seq_s": self.overhead_per_seq_s,
+            "all_reduce_network": None if self.all_reduce is None else self.all_reduce.network,
             "constant_step_s": self.constant_step_s,
         }

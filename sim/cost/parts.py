@@ -1,0 +1,104 @@
+"""Resolve a scenario's step-time parts: which fit, which overhead, which all-reduce table, what overrides.
+
+Why its own module: `sim.cost.model.CostModel` only evaluates formulas; deciding where each coefficient
+comes from (the GPU's fit in sim/scenario/presets.py, the engine preset in sim/cost/overhead.py, the measured
+all-reduce tables in sim/cost/network.py, or an explicit scenario knob) is a separate job, and it has
+to work before and after the scenario gains an `engine` field (issue 12), hence the `getattr`s.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from sim.cost.linear import LayerCoefficients, LayerShape
+from sim.cost.network import AllReduceModel
+from sim.cost.overhead import DEFAULT_ENGINE, engine_overhead
+from sim.errors import ScenarioError
+from sim.scenario.presets import gpu_linear_fit, gpu_network
+
+if TYPE_CHECKING:
+    from sim.scenario.scenario import Scenario
+
+
+@dataclass(frozen=True, slots=True)
+class StepParts:
+    """The resolved coefficients of every part of a step except the KV read (per GPU, all layers)."""
+
+    engine: str
+    hbm_fraction: float
+    flops_fraction: float
+    smooth_p: float
+    linear_fixed_s: float
+    gemm_bytes_per_token: float
+    elementwise_bytes_per_token: float
+    overhead_base_s: float
+    overhead_per_seq_s: float
+    all_reduce: AllReduceModel | None
+    all_reduce_elements_per_token: float
+    all_reduces_per_step: int
+    linear_fit_source: str
+
+
+def explicit_value(scenario: Any, field: str) -> Any:
+    """The field's value if the user set it (in the file, a flag or an override); None otherwise.
+
+    Why "set": the fitted fractions and the engine's overhead are the defaults; the scenario's own
+    defaults (0.8, 0.5, 2 ms) are the pre-fit constants and must not silently win over the fit.
+    """
+    value = getattr(scenario, field, None)
+    if value is None:
+        return None
+    fields_set = getattr(scenario, "model_fields_set", None)
+    if fields_set is not None and field not in fields_set:
+        return None
+    return value
+
+
+def scenario_engine(scenario: Any, engine: str | None = None) -> str:
+    """The engine preset: the argument, else the scenario's `engine` field, else "vllm-v0"."""
+    name = engine if engine is not None else getattr(scenario, "engine", None)
+    if name is None:
+        return DEFAULT_ENGINE
+    return str(getattr(name, "value", name)).strip().lower()
+
+
+def step_parts(scenario: Scenario, engine: str | None = None) -> StepParts:
+    """All coefficients of the scenario's step time that do not depend on the KV layout."""
+    model, gpu, tp = scenario.model_spec(), scenario.gpu_spec(), scenario.tensor_parallel_size
+    name = scenario_engine(scenario, engine)
+    try:
+        overhead = engine_overhead(name)
+    except ValueError as exc:
+        raise ScenarioError(f"field 'engine': {exc}") from None
+    fit = gpu_linear_fit(gpu.name)
+    hbm = explicit_value(scenario, "hbm_efficiency")
+    flops = explicit_value(scenario, "flops_efficiency")
+    per_layer = LayerCoefficients.of(LayerShape.from_model(model), tp, compute_params=None)
+    base_s = overhead.base_s + (overhead.multi_gpu_base_s if tp > 1 else 0.0)
+    per_seq_s = overhead.per_seq_s + (overhead.multi_gpu_per_seq_s if tp > 1 else 0.0)
+    fixed_overhead = explicit_value(scenario, "step_overhead_s")
+    if fixed_overhead is not None:  # an explicit per-step constant replaces the engine's model
+        base_s, per_seq_s = float(fixed_overhead), 0.0
+    all_reduce = None
+    if tp > 1:
+        network, scale = gpu_network(gpu.name)
+        all_reduce = AllReduceModel.for_group(network, tp, time_scale=scale)
+    return StepParts(
+        engine=name,
+        hbm_fraction=fit.hbm_fraction if hbm is None else float(hbm),
+        flops_fraction=fit.flops_fraction if flops is None else float(flops),
+        smooth_p=fit.smooth_p,
+        linear_fixed_s=model.num_layers * fit.fixed_s,
+        gemm_bytes_per_token=model.num_layers * per_layer.gemm_bytes_per_token,
+        elementwise_bytes_per_token=model.num_layers * per_layer.elementwise_bytes_per_token,
+        overhead_base_s=base_s,
+        overhead_per_seq_s=per_seq_s,
+        all_reduce=all_reduce,
+        all_reduce_elements_per_token=model.hidden_size * model.dtype_bytes / 2.0,
+        all_reduces_per_step=2 * model.num_layers if tp > 1 else 0,
+        linear_fit_source=fit.source,
+    )
+
+
+__all__ = ["StepParts", "explicit_value", "scenario_engine", "step_parts"]
