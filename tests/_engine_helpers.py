@@ -259,22 +259,6 @@ class LinearCost:
             + self.per_context_token_s * decode_context_tokens
         )
 
-    def decode_steps_time_s(self, num_decode_seqs: int, context_tokens_sum: int, k: int) -> float:
-        if k <= 0 or num_decode_seqs <= 0:
-            return 0.0
-        c = self.per_context_token_s
-        return k * (self.base_s + c * context_tokens_sum) + c * num_decode_seqs * k * (k - 1) / 2.0
-
-    def decode_steps_weighted_sum(
-        self, num_decode_seqs: int, context_tokens_sum: int, k: int, value_0: float, value_slope: float
-    ) -> float:
-        if k <= 0 or num_decode_seqs <= 0:
-            return 0.0
-        a = self.base_s + self.per_context_token_s * context_tokens_sum
-        b = self.per_context_token_s * num_decode_seqs
-        s0, s1, s2 = k, k * (k - 1) / 2.0, (k - 1) * k * (2 * k - 1) / 6.0
-        return a * value_0 * s0 + (a * value_slope + b * value_0) * s1 + b * value_slope * s2
-
     def decode_step_durations_s(self, num_decode_seqs: int, context_tokens_sum: int, k: int) -> np.ndarray:
         c = self.per_context_token_s
         return self.base_s + c * (context_tokens_sum + num_decode_seqs * np.arange(k, dtype=np.float64))

@@ -7,7 +7,8 @@ against Vidur's measured per-layer times (`kvsim cost validate`, fitted per GPU 
 the all-reduce from measured NCCL tables, the overhead from public measurements per engine preset.
 Only the attention depends on the context, and it is the max of two lines in the context sum (FLOPs
 and KV bytes); everything else depends on the batch alone, which is constant while the engine jumps
-k decode steps at once, so the total of k steps keeps a closed form (`decode_steps_time_s`).
+k decode steps at once, so each of the k steps is one point on at most two straight lines
+(`decode_step_durations_s`, vectorised).
 
 A calibration profile from gpu/ (schema v1, docs/cost_model.md "Cost model") replaces the KV-read term
 with a fit measured on the GPU for the allocator's real layout, and the paged layout factor with the
@@ -140,25 +141,6 @@ def _float_arange(count: int) -> np.ndarray:
         _FLOAT_ARANGE = np.arange(max(count, 2 * _FLOAT_ARANGE.size), dtype=np.float64)
         _FLOAT_ARANGE.flags.writeable = False
     return _FLOAT_ARANGE[:count]
-
-
-def _sum_linear(first: int, stop: int, intercept: float, slope: float) -> float:
-    """sum of (intercept + slope * i) for i in [first, stop)."""
-    count = stop - first
-    if count <= 0:
-        return 0.0
-    return count * intercept + slope * (first + stop - 1) * count / 2.0
-
-
-def _sum_i(first: int, stop: int) -> float:
-    return (first + stop - 1) * (stop - first) / 2.0
-
-
-def _sum_i2(first: int, stop: int) -> float:
-    def upto(n: int) -> float:  # sum of i^2 for i in [0, n)
-        return (n - 1) * n * (2 * n - 1) / 6.0
-
-    return upto(stop) - upto(first)
 
 
 @dataclass(frozen=True, slots=True)
@@ -414,36 +396,6 @@ class CostModel:
             return [(0, split, compute_0, compute_1), (split, k, memory_0, memory_1)]
         return [(0, split, memory_0, memory_1), (split, k, compute_0, compute_1)]
 
-    def decode_steps_time_s(self, num_decode_seqs: int, context_tokens_sum: int, k: int) -> float:
-        """Exact total of k decode-only steps in which every sequence grows by one token per step.
-
-        Step i has context sum `context_tokens_sum + i x num_decode_seqs`; equals the sum of
-        `step_time_s(0, n, C0 + i n)` for i in range(k), in O(1).
-        """
-        if k <= 0 or num_decode_seqs <= 0:
-            return 0.0
-        pieces = self._decode_pieces(num_decode_seqs, context_tokens_sum, k)
-        return sum(_sum_linear(lo, hi, intercept, slope) for lo, hi, intercept, slope in pieces)
-
-    def decode_steps_weighted_sum(
-        self, num_decode_seqs: int, context_tokens_sum: int, k: int, value_0: float, value_slope: float
-    ) -> float:
-        """sum over the k steps of duration_i x (value_0 + value_slope x i): exact time-weighted integrals.
-
-        For a quantity that grows linearly over the jump (token states, context sum), this is its
-        integral over simulated time, so time-weighted averages stay exact across multi-step jumps.
-        """
-        if k <= 0 or num_decode_seqs <= 0:
-            return 0.0
-        total = 0.0
-        for lo, hi, intercept, slope in self._decode_pieces(num_decode_seqs, context_tokens_sum, k):
-            if hi <= lo:
-                continue
-            count, sum_i, sum_i2 = hi - lo, _sum_i(lo, hi), _sum_i2(lo, hi)
-            total += intercept * value_0 * count + (intercept * value_slope + slope * value_0) * sum_i
-            total += slope * value_slope * sum_i2
-        return total
-
     def decode_step_durations_s(self, num_decode_seqs: int, context_tokens_sum: int, k: int) -> np.ndarray:
         """Each of the k steps' durations (vectorised), for recording a jump step by step if needed."""
         if k <= 0 or num_decode_seqs <= 0:
@@ -461,26 +413,6 @@ class CostModel:
         for lo, hi, intercept, slope in pieces:
             durations[lo:hi] = intercept + slope * steps[lo:hi]
         return durations
-
-    def decode_steps_within_s(
-        self, num_decode_seqs: int, context_tokens_sum: int, budget_s: float, k_max: int
-    ) -> int:
-        """Largest k <= k_max whose k decode steps end no later than `budget_s` (the next arrival).
-
-        Binary search over the closed form: O(log k_max) evaluations.
-        """
-        if k_max <= 0 or budget_s < 0:
-            return 0
-        if num_decode_seqs <= 0:
-            return k_max
-        lo, hi = 0, k_max
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            if self.decode_steps_time_s(num_decode_seqs, context_tokens_sum, mid) <= budget_s:
-                lo = mid
-            else:
-                hi = mid - 1
-        return lo
 
     def describe(self) -> dict[str, Any]:
         """JSON-safe summary of the coefficients (goes into summary.json and `kvsim run` output)."""
