@@ -31,7 +31,16 @@ from sim.metrics import FINISH_KV_EXHAUSTED, FINISH_LENGTH, FINISH_STOP, Request
 class WorkItem:
     """A queued unit of work: a fresh request (sample == -1, all n samples) or one resumed sample."""
 
-    __slots__ = ("req", "sample", "emitted", "enqueued_s", "readmission", "swapped", "demand_tokens")
+    __slots__ = (
+        "req",
+        "sample",
+        "emitted",
+        "enqueued_s",
+        "readmission",
+        "swapped",
+        "demand_tokens",
+        "swap_slots",
+    )
 
     def __init__(
         self, req: int, sample: int, emitted: int, enqueued_s: float, readmission: bool, swapped: bool
@@ -43,6 +52,7 @@ class WorkItem:
         self.readmission = readmission
         self.swapped = swapped
         self.demand_tokens = -1  # cached allocator.demand_tokens, -1 = not asked yet
+        self.swap_slots = 0  # CPU swap space it holds while swapped out (token slots, whole blocks)
 
 
 class PrefillGroup:
@@ -74,6 +84,8 @@ class StepPlan:
     prefill_context_tokens: int = 0
     swap_tokens: int = 0  # swapped in this step plus swapped out after the previous step
     first_tokens: int = 0  # samples whose prefill completes in this step (each samples its 1st token)
+    decodes_paused: bool = False  # a prefill-only step (vllm-v0): running decodes sit this step out
+    single_step: bool = False  # admission was held back by a rule, not by memory: no multi-step jump
 
     @property
     def decode_only(self) -> bool:
@@ -146,9 +158,15 @@ class Scheduler:
         enable_chunked_prefill: bool,
         preemption_mode: str,
         on_request_done: Callable[[int, float], None] | None = None,
+        prefill_only_steps: bool = False,
+        admit_after_preemption: bool = True,
+        swap_space_tokens: int | None = None,
+        swap_block_tokens: int = 1,
     ) -> None:
-        if preemption_mode not in ("recompute", "swap"):
-            raise ValueError(f"preemption_mode must be 'recompute' or 'swap' (got {preemption_mode!r})")
+        if preemption_mode not in ("recompute", "swap", "auto"):
+            raise ValueError(
+                f"preemption_mode must be 'recompute', 'swap' or 'auto' (got {preemption_mode!r})"
+            )
         self.info = info
         self.alloc = allocator
         self.log = log
@@ -157,6 +175,16 @@ class Scheduler:
         self.max_model_len = max_model_len
         self.chunked = enable_chunked_prefill
         self.swap_mode = preemption_mode == "swap"
+        self.auto_mode = preemption_mode == "auto"  # vLLM v0's choice (see _swaps)
+        # Engine-preset rules (sim/engine_presets.py EngineRules, docs/engines.md). Prefill-only steps
+        # are v0's non-chunked scheduler; with chunked prefill v0 mixes too (_schedule_chunked_prefill).
+        self.prefill_only_steps = prefill_only_steps and not enable_chunked_prefill
+        self.admit_after_preemption = admit_after_preemption
+        self.swap_space_tokens = swap_space_tokens
+        self.swap_block_tokens = max(1, swap_block_tokens)
+        self.swap_used_tokens = 0
+        self.swap_fallbacks = 0  # swap-outs turned into recompute for lack of swap space
+        self._preempted = False  # a preemption since the last schedule (v1 admits nothing then)
         self.on_request_done = on_request_done
         self.capacity_tokens = int(allocator.capacity_tokens)
 
@@ -274,8 +302,20 @@ class Scheduler:
         """Fill this step: swap-ins, running prefill chunks, then FCFS admissions within the limits."""
         if not (self.waiting or self.swapped or self.prefilling or self.pending_swap_out_tokens):
             # Nothing to add (the jump turns between arrivals): a decode-only plan, without the work below.
+            self._preempted = False
             return StepPlan()
         plan = StepPlan()
+        if self.prefill_only_steps and not self.swapped:
+            # vLLM v0 (vllm/core/scheduler.py Scheduler._schedule, v0.1-v0.3): with nothing swapped
+            # out, waiting prompts are scheduled first within the whole budget; if any were, the step
+            # runs only them and the running decodes wait for the next step.
+            self._admit_waiting(plan, self.max_num_batched_tokens, now_s)
+            if plan.chunks:
+                plan.decodes_paused = True
+                plan.swap_tokens += self.pending_swap_out_tokens
+                self.pending_swap_out_tokens = 0
+                self._preempted = False
+                return plan
         if self.swapped:
             self._swap_in(now_s, plan)
         plan.swap_tokens += self.pending_swap_out_tokens
@@ -287,6 +327,19 @@ class Scheduler:
             chunk = min(group.compute_left, budget)
             self._add_chunk(plan, group, chunk)
             budget -= chunk
+        if self.prefill_only_steps:  # admission was tried above: this is a decode step
+            pass
+        elif self._preempted and not self.admit_after_preemption and self.num_seqs > 0:
+            # vLLM v1 (vllm/v1/core/sched/scheduler.py Scheduler.schedule): waiting requests are
+            # scheduled only `if not preempted_reqs`, so a step that preempted admits nobody.
+            plan.single_step = bool(self.waiting)
+        elif not self.swapped:
+            self._admit_waiting(plan, budget, now_s)
+        self._preempted = False
+        return plan
+
+    def _admit_waiting(self, plan: StepPlan, budget: int, now_s: float) -> int:
+        """FCFS admissions from the waiting queue within `budget` tokens; returns the budget left."""
         if not self.swapped:
             while self.waiting:
                 admitted = self._try_admit(self.waiting[0], budget, now_s)
@@ -299,7 +352,7 @@ class Scheduler:
                 chunk = admitted.compute_left if not self.chunked else min(admitted.compute_left, budget)
                 self._add_chunk(plan, admitted, chunk)
                 budget -= chunk
-        return plan
+        return budget
 
     def _add_chunk(self, plan: StepPlan, group: PrefillGroup, chunk: int) -> None:
         plan.chunks.append((group, chunk))
@@ -319,10 +372,14 @@ class Scheduler:
             if not self.alloc.admit(info.spec(item.req, seq_id, item.emitted)):
                 self._free_ids.append(seq_id)
                 if self.num_seqs == 0:
-                    self._drop_unfittable(self._dequeue(self.swapped, now_s), now_s)
+                    dropped = self._dequeue(self.swapped, now_s)
+                    self.swap_used_tokens -= dropped.swap_slots
+                    self._drop_unfittable(dropped, now_s)
                     continue
                 return
             self._dequeue(self.swapped, now_s)
+            self.swap_used_tokens -= item.swap_slots
+            item.swap_slots = 0
             self._stamp += 1
             self._start_decode(seq_id, item.req, item.sample, item.emitted, self._stamp)
             plan.swap_tokens += info.prompt_tokens[item.req] + item.emitted - 1
@@ -414,6 +471,9 @@ class Scheduler:
 
     def complete(self, iterations: int, plan: StepPlan, now_s: float) -> None:
         """The step (or the last iteration of a jump) ended at `now_s`: emit, finish, grow, preempt."""
+        if plan.decodes_paused:
+            self._complete_prefill_only(plan, now_s)
+            return
         self.it += iterations
         it = self.it
         log = self.log
@@ -443,6 +503,28 @@ class Scheduler:
                 self._complete_prefill(group, now_s)
         self._grow_one(now_s)
 
+    def _complete_prefill_only(self, plan: StepPlan, now_s: float) -> None:
+        """A prefill-only step ended (vllm-v0): prompts done, decodes did not run, so only new ones grow.
+
+        The global iteration counter counts decode iterations, so it stays; the running sequences'
+        offsets are untouched and the newly decoding ones start at the current counter.
+        """
+        log = self.log
+        before = set(self.decode)
+        for group, chunk in plan.chunks:
+            group.compute_left -= chunk
+            group.context_tokens += chunk
+            log.total_prefill_tokens += chunk
+            if group.item.readmission:
+                log.recomputed_tokens[group.item.req] += chunk
+        completed = [group for group, _ in plan.chunks if group.compute_left == 0]
+        self.prefilling = [g for g in self.prefilling if g.compute_left > 0]
+        for group in completed:
+            self._complete_prefill(group, now_s)
+        new_ids = [seq_id for seq_id in self.decode if seq_id not in before]
+        if new_ids:
+            self._grow_one(now_s, np.asarray(new_ids, dtype=np.int64))
+
     def _complete_prefill(self, group: PrefillGroup, now_s: float) -> None:
         item, log = group.item, self.log
         req = item.req
@@ -461,11 +543,12 @@ class Scheduler:
             else:
                 self._start_decode(seq_id, req, sample, emitted, group.stamp)
 
-    def _grow_one(self, now_s: float) -> None:
-        """The post-step grow: one slot for every decoding sequence; failures preempt newest first."""
+    def _grow_one(self, now_s: float, seq_ids: np.ndarray | None = None) -> None:
+        """The post-step grow: one slot for every decoding sequence (or just `seq_ids`); failures
+        preempt newest first."""
         if not self.decode:
             return
-        failed_arr = self.alloc.grow(self.decode_ids(), 1)
+        failed_arr = self.alloc.grow(self.decode_ids() if seq_ids is None else seq_ids, 1)
         if not len(failed_arr):
             return
         failed = set(int(x) for x in failed_arr)
@@ -502,12 +585,42 @@ class Scheduler:
         req = rec[_REQ]
         emitted = rec[_EM_OFF] + self.it
         self.log.preemptions[req] += 1
-        if self.swap_mode:
-            self.pending_swap_out_tokens += self.info.prompt_tokens[req] + emitted - (1 if grow_failed else 0)
-            self.swapped.appendleft(WorkItem(req, rec[_SAMPLE], emitted, now_s, True, True))
-        else:
-            self.waiting.appendleft(WorkItem(req, rec[_SAMPLE], emitted, now_s, True, False))
+        self._preempted = True
+        swap_tokens = self.info.prompt_tokens[req] + emitted - (1 if grow_failed else 0)
+        swap_slots = -(-swap_tokens // self.swap_block_tokens) * self.swap_block_tokens
+        if self._swaps(req) and not self._swap_space_allows(swap_slots):
+            self.swap_fallbacks += 1
+        elif self._swaps(req):
+            self.pending_swap_out_tokens += swap_tokens
+            item = WorkItem(req, rec[_SAMPLE], emitted, now_s, True, True)
+            item.swap_slots = swap_slots
+            self.swap_used_tokens += swap_slots
+            self.swapped.appendleft(item)
+            self._note_queue()
+            return
+        self.waiting.appendleft(WorkItem(req, rec[_SAMPLE], emitted, now_s, True, False))
         self._note_queue()
+
+    def _swaps(self, req: int) -> bool:
+        """Whether preempting a sample of `req` swaps it out (else it is recomputed later).
+
+        "auto" is vLLM v0's choice when --preemption-mode is unset (vllm/core/scheduler.py
+        Scheduler._preempt): recompute a sequence group with a single running sequence (cheaper,
+        "recomputation incurs lower overhead"), swap groups with several (parallel samples, beams),
+        which recompute cannot restore. kvsim preempts per sample: a sample of a request with more
+        than one unfinished sample swaps.
+        """
+        if self.swap_mode:
+            return True
+        return self.auto_mode and self.log.samples_left[req] > 1
+
+    def _swap_space_allows(self, slots: int) -> bool:
+        """--swap-space as a bound (vLLM v0 BlockSpaceManager.can_swap_out: enough free CPU blocks).
+
+        vLLM v0 aborts the engine when it cannot swap out ("Aborted due to the lack of CPU swap
+        space"); kvsim recomputes the sequence instead and counts it (`swap_fallbacks`).
+        """
+        return self.swap_space_tokens is None or self.swap_used_tokens + slots <= self.swap_space_tokens
 
     def _preempt_group(self, group: PrefillGroup, now_s: float) -> None:
         for seq_id in reversed(group.seq_ids):
@@ -517,6 +630,7 @@ class Scheduler:
         self.prefilling = [g for g in self.prefilling if g is not group]
         item = group.item
         self.log.preemptions[item.req] += 1
+        self._preempted = True
         item.readmission = True
         item.enqueued_s = now_s
         item.demand_tokens = -1
