@@ -317,7 +317,9 @@ class PagedAllocator:
         # most (prompt - 1) // block_size blocks count as hits (vLLM v1 kv_cache_manager.py
         # `get_computed_blocks`: max_cache_hit_length = num_tokens - 1, then whole blocks). The
         # recomputed block still shares memory here (vLLM writes a second copy of it: one block).
-        self.prefix_hit[sid] = min(hit_blocks.size, (seq.prompt_tokens - 1) // self.block_size) * self.block_size
+        self.prefix_hit[sid] = (
+            min(hit_blocks.size, (seq.prompt_tokens - 1) // self.block_size) * self.block_size
+        )
         self._count_in(sid, 1)
         self._set_limits_of(sid)
         return True

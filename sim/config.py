@@ -19,7 +19,13 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from sim.engine_presets import DEFAULT_ENGINE, PRESET_FLAGS, EngineName, default_budgets, default_compare_placement
+from sim.engine_presets import (
+    DEFAULT_ENGINE,
+    PRESET_FLAGS,
+    EngineName,
+    default_budgets,
+    default_compare_placement,
+)
 from sim.errors import ScenarioError
 from sim.presets import (
     GPU_PRESETS,
@@ -337,7 +343,7 @@ class Scenario(BaseModel):
         if self.engine == "vllm-v1" and self.preemption_mode != "recompute":
             raise ValueError(
                 f"field 'preemption_mode': vllm-v1 only recomputes (vllm/v1/core/sched/scheduler.py "
-                f"_preempt_request) (got {self.preemption_mode!r}); use engine = \"vllm-v0\" to swap"
+                f'_preempt_request) (got {self.preemption_mode!r}); use engine = "vllm-v0" to swap'
             )
         tokens, seqs = default_budgets(
             self.engine,

@@ -44,7 +44,9 @@ class EngineRules:
 
 
 RULES: dict[str, EngineRules] = {
-    "vllm-v0": EngineRules("vllm-v0", prefill_only_steps=True, admit_after_preemption=True, v0_preemption_choice=True),
+    "vllm-v0": EngineRules(
+        "vllm-v0", prefill_only_steps=True, admit_after_preemption=True, v0_preemption_choice=True
+    ),
     "vllm-v1": EngineRules(
         "vllm-v1", prefill_only_steps=False, admit_after_preemption=False, v0_preemption_choice=False
     ),
@@ -59,7 +61,11 @@ PRESET_FLAGS: dict[str, dict[str, object]] = {
     # vllm/engine/arg_utils.py `_set_default_args_v1` / `_set_default_args`: chunked prefill and prefix
     # caching on for generative models; v1 only recomputes (vllm/v1/core/sched/scheduler.py
     # `_preempt_request` frees the request's blocks and puts it back in the waiting queue).
-    "vllm-v1": {"enable_chunked_prefill": True, "enable_prefix_caching": True, "preemption_mode": "recompute"},
+    "vllm-v1": {
+        "enable_chunked_prefill": True,
+        "enable_prefix_caching": True,
+        "preemption_mode": "recompute",
+    },
 }
 
 

@@ -20,8 +20,8 @@ import pandas as pd
 import sim
 from sim.config import Scenario
 from sim.cost import CostModel
-from sim.engine_presets import rules_of
 from sim.engine import EngineConfig, run_engine
+from sim.engine_presets import rules_of
 from sim.metrics import summarize
 from sim.results import Run
 

@@ -186,7 +186,10 @@ def test_capacity_is_the_floor_of_budget_over_bytes_per_token(
         ({"block_size": 0}, "field 'block_size': must be >= 1 (got 0)"),
         ({"gpu_memory_utilization": 1.5}, "field 'gpu_memory_utilization': must be <= 1"),
         ({"max_num_seqs": "many"}, "field 'max_num_seqs': must be an integer"),
-        ({"preemption_mode": "pause"}, "field 'preemption_mode': must be one of 'recompute', 'swap' or 'auto'"),
+        (
+            {"preemption_mode": "pause"},
+            "field 'preemption_mode': must be one of 'recompute', 'swap' or 'auto'",
+        ),
         ({"model": "GPT-5"}, "field 'model': unknown model preset 'GPT-5'"),
         ({"gpu": "TPU"}, "field 'gpu': unknown gpu preset"),
         ({"kv_cache_memory": "12 gigs"}, "field 'kv_cache_memory'"),

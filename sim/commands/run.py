@@ -184,7 +184,16 @@ ChunkOpt = Annotated[
 PrefixOpt = Annotated[
     bool | None, typer.Option("--enable-prefix-caching/--no-enable-prefix-caching", help="Prefix caching.")
 ]
-PreemptOpt = Annotated[str | None, typer.Option("--preemption-mode", help="recompute | swap.")]
+PreemptOpt = Annotated[
+    str | None, typer.Option("--preemption-mode", help="recompute | swap | auto (vllm-v0's own choice).")
+]
+EngineOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--engine",
+        help="Engine preset: vllm-v0 (the vLLM paper's, default) or vllm-v1 (today's); docs/engines.md.",
+    ),
+]
 RateOpt = Annotated[float | None, typer.Option("--request-rate", help="Mean arrival rate (req/s).")]
 PromptsOpt = Annotated[int | None, typer.Option("--num-prompts", help="Number of requests.")]
 DurationOpt = Annotated[
@@ -247,6 +256,7 @@ def _overrides(**flags: Any) -> dict[str, Any]:
         "enable_chunked_prefill": flags["enable_chunked_prefill"],
         "enable_prefix_caching": flags["enable_prefix_caching"],
         "preemption_mode": flags["preemption_mode"],
+        "engine": flags["engine"],
         "workload.request_rate": flags["request_rate"],
         "num_prompts": flags["num_prompts"],
         "duration_s": flags["duration"],
@@ -287,6 +297,7 @@ def register(app: typer.Typer) -> None:
         enable_chunked_prefill: ChunkOpt = None,
         enable_prefix_caching: PrefixOpt = None,
         preemption_mode: PreemptOpt = None,
+        engine: EngineOpt = None,
         request_rate: RateOpt = None,
         num_prompts: PromptsOpt = None,
         duration: DurationOpt = None,
@@ -337,6 +348,7 @@ def register(app: typer.Typer) -> None:
         enable_chunked_prefill: ChunkOpt = None,
         enable_prefix_caching: PrefixOpt = None,
         preemption_mode: PreemptOpt = None,
+        engine: EngineOpt = None,
         request_rate: RateOpt = None,
         num_prompts: PromptsOpt = None,
         duration: DurationOpt = None,
