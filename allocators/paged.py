@@ -33,7 +33,7 @@ from allocators.block_pool import BlockPool
 from allocators.holes import uniform_hole_stats
 from allocators.jump_integral import paged_breakdown_integral
 from allocators.ledger import DuplicateLedger
-from allocators.prefix_keys import block_pieces, full_block_keys
+from allocators.prefix_keys import block_pieces, sequence_block_keys
 from allocators.seq_arrays import ceil_div, check_live_seq, check_new_seq, ensure_rows, grown
 
 _EMPTY_IDS = np.zeros(0, dtype=np.int64)
@@ -47,15 +47,17 @@ def _has_named_content(seq: SeqSpec) -> bool:
 
     Most requests have none: admission then skips the key, hit and piece machinery altogether.
     """
-    return bool(seq.block_hashes and seq.block_hash_tokens > 0) or (
-        seq.prefix_group >= 0 and seq.prefix_tokens > 0
+    return (
+        bool(seq.block_hashes and seq.block_hash_tokens > 0)
+        or (seq.prefix_group >= 0 and seq.prefix_tokens > 0)
+        or seq.content_key is not None
     )
 
 
 @functools.lru_cache(maxsize=256)
 def _cached_block_keys(seq: SeqSpec, block_size: int) -> tuple[Hashable, ...]:
     """Prompt block names; cached because the engine asks demand_tokens then admit for one seq."""
-    return tuple(full_block_keys(seq, block_size))
+    return tuple(sequence_block_keys(seq, block_size))
 
 
 class PagedAllocator:
@@ -83,6 +85,9 @@ class PagedAllocator:
         self._ledger = DuplicateLedger()
         self._block_content: dict[int, list[Hashable]] = {}  # block -> ledger keys it holds
         self._has_content = np.zeros(self.num_blocks, dtype=bool)
+        # live sequences with a content identity (SeqSpec.content_key): their blocks filled after
+        # admission (decode, later chunks) are named at release, see `_name_filled_blocks`
+        self._content_of: dict[int, SeqSpec] = {}
         self.live = np.zeros(0, dtype=bool)
         self._num_live = 0  # live.sum(), kept in step (the jump integral asks whether ids are all live)
         self.lengths_tokens = np.zeros(0, dtype=np.int64)
@@ -320,6 +325,8 @@ class PagedAllocator:
         self.prefix_hit[sid] = (
             min(hit_blocks.size, (seq.prompt_tokens - 1) // self.block_size) * self.block_size
         )
+        if seq.content_key is not None and self.enable_prefix_caching:
+            self._content_of[sid] = seq
         self._count_in(sid, 1)
         self._set_limits_of(sid)
         return True
@@ -602,11 +609,31 @@ class PagedAllocator:
         return low
 
     # ---- release and fork -------------------------------------------------------------------
+    def _name_filled_blocks(self, seq_id: int, blocks: np.ndarray) -> None:
+        """Give a released sequence's full, unnamed blocks their content keys, so they are cached.
+
+        vLLM hashes each block when it becomes full, prompt or decode (vllm/v1/core/block_pool.py
+        `BlockPool.cache_full_blocks`, called from kv_cache_manager.py `allocate_slots`). Naming them
+        at release instead is the same for every later hit: no other request can hit a running
+        sequence's own generated tokens (forks share its blocks directly). A key a live block
+        already holds keeps that holder (`BlockPool.register`).
+        """
+        spec = self._content_of.pop(seq_id)
+        full = self.lengths_tokens.item(seq_id) // self.block_size
+        keys = sequence_block_keys(spec, self.block_size, full * self.block_size)
+        pool = self.pool
+        for index, key in enumerate(keys):
+            block = int(blocks[index])
+            if not pool.has_key[block] and pool.refcount[block] == 1:
+                pool.register(block, key)
+
     def release(self, seq_id: int) -> None:
         check_live_seq(self, seq_id)
         self._count_in(seq_id, -1)
         count = self.num_seq_blocks.item(seq_id)
         slot = self.table_slot.item(seq_id)
+        if self._content_of and seq_id in self._content_of:
+            self._name_filled_blocks(seq_id, self._tables[slot, :count].astype(np.int64))
         blocks = self._tables[slot, :count][::-1].astype(np.int64)  # tail first: evicted first
         freed = self.pool.release(blocks)
         if self._block_content:  # as _drop_content, without the call when nothing is named
@@ -657,6 +684,8 @@ class PagedAllocator:
         self.num_seq_blocks[sid] = count
         self._set_final(sid, child.final_tokens)
         self.prefix_hit[sid] = min(length, child.prompt_tokens)
+        if child.content_key is not None and self.enable_prefix_caching:
+            self._content_of[sid] = child
         self._count_in(sid, 1)
         self._set_limits(np.array([parent_id, sid], dtype=np.int64))  # either may now be copy-on-write
         return True

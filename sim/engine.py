@@ -83,6 +83,9 @@ class EngineConfig:
     admit_after_preemption: bool = True
     swap_space_tokens: int | None = None  # CPU swap bound in token slots (None: unbounded)
     swap_block_tokens: int = 1  # swap is counted in whole blocks of this many tokens
+    content_identity: bool = (
+        False  # name every request's own tokens for the prefix cache (SeqSpec.content_key)
+    )
     multi_step: bool = True  # exact multi-iteration jumps over decode-only stretches
     max_step_rows: int = 200_000  # steps table bound before downsampling
     export_layouts_every: int | None = None  # iterations between layout snapshots (None: off)
@@ -230,7 +233,7 @@ class Engine:
         self.log = RequestLog(len(requests))
         self.source = ArrivalSource(requests)
         self.sched = Scheduler(
-            RequestInfo(requests, config.max_model_len),
+            RequestInfo(requests, config.max_model_len, config.content_identity),
             allocator,
             self.log,
             max_num_seqs=config.max_num_seqs,

@@ -95,7 +95,7 @@ class StepPlan:
 class RequestInfo:
     """The request table as Python lists (fast scalar indexing) plus the engine's effective limits."""
 
-    def __init__(self, requests: pd.DataFrame, max_model_len: int) -> None:
+    def __init__(self, requests: pd.DataFrame, max_model_len: int, content_identity: bool = False) -> None:
         num = len(requests)
         self.num_requests = num
         self.prompt_tokens: list[int] = requests["prompt_tokens"].to_numpy(np.int64).tolist()
@@ -124,9 +124,23 @@ class RequestInfo:
         else:
             self.block_hashes = [()] * num
         self.block_hash_tokens = int(requests.attrs.get("block_hash_tokens", 0) or 0)
+        # Content identity of every request's own tokens (SeqSpec.content_key), for prefix caching of
+        # full blocks beyond the named prefix: prompt tails and decode-filled blocks, so a resumed
+        # request hits its own blocks. A session turn's tokens continue its session's stream (its
+        # next turn's prefix is this turn's prompt + output: workloads/sharing.py session_history),
+        # named like the stream's prefix group; any other request's tokens are its own.
+        self.content_keys: list[tuple | None] = [None] * num
+        if content_identity:
+            sessions = (
+                requests["session_id"].to_numpy(np.int64).tolist() if "session_id" in requests else [-1] * num
+            )
+            self.content_keys = [
+                ("g", group) if session >= 0 and group >= 0 else ("r", req)
+                for req, (session, group) in enumerate(zip(sessions, self.prefix_group, strict=True))
+            ]
 
-    def spec(self, req: int, seq_id: int, emitted: int) -> SeqSpec:
-        """The allocator's view of sample `req` having already generated `emitted` tokens.
+    def spec(self, req: int, seq_id: int, emitted: int, sample: int = 0) -> SeqSpec:
+        """The allocator's view of sample `sample` of `req` having already generated `emitted` tokens.
 
         A resumed sample (recompute or swap) looks like a new sequence whose prompt includes
         what it generated, with correspondingly fewer tokens to go.
@@ -140,6 +154,9 @@ class RequestInfo:
             prefix_tokens=self.prefix_tokens[req],
             block_hashes=self.block_hashes[req],
             block_hash_tokens=self.block_hash_tokens,
+            content_key=self.content_keys[req],
+            content_prompt_tokens=self.prompt_tokens[req],
+            sample=sample,
         )
 
 
@@ -369,7 +386,7 @@ class Scheduler:
             if self.num_seqs + 1 > self.max_num_seqs:
                 return
             seq_id = self._new_id()
-            if not self.alloc.admit(info.spec(item.req, seq_id, item.emitted)):
+            if not self.alloc.admit(info.spec(item.req, seq_id, item.emitted, item.sample)):
                 self._free_ids.append(seq_id)
                 if self.num_seqs == 0:
                     dropped = self._dequeue(self.swapped, now_s)
@@ -395,13 +412,13 @@ class Scheduler:
         if budget <= 0 or (not self.chunked and prompt > budget):
             return None
         seq_id = self._new_id()
-        if not alloc.admit(info.spec(req, seq_id, item.emitted)):
+        if not alloc.admit(info.spec(req, seq_id, item.emitted, max(item.sample, 0))):
             self._free_ids.append(seq_id)
             return None
         seq_ids = [seq_id]
         for _ in range(num - 1):
             child = self._new_id()
-            if not alloc.fork(seq_id, info.spec(req, child, item.emitted)):
+            if not alloc.fork(seq_id, info.spec(req, child, item.emitted, len(seq_ids))):
                 self._free_ids.append(child)
                 for sid in reversed(seq_ids):
                     alloc.release(sid)

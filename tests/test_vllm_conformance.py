@@ -372,3 +372,46 @@ def test_engine_flag_errors_are_one_line() -> None:
     with pytest.raises(ScenarioError, match="field 'engine'"):
         Scenario(engine="vllm-v2")
     np.testing.assert_equal(Scenario(engine="vllm-v1").engine, "vllm-v1")
+
+
+# --- decode-filled blocks: block_pool.cache_full_blocks --------------------------------------------
+
+
+def test_decode_filled_blocks_become_hits_for_a_resumed_request() -> None:
+    """Rule: every full block is hashed and cached, decode-filled ones too, so a request resumed after
+    recompute preemption hits the blocks its prompt and its generated tokens filled.
+
+    Source: vllm/v1/core/block_pool.py `BlockPool.cache_full_blocks` (called by kv_cache_manager.py
+    `allocate_slots` for all computed tokens); mirrors tests/v1/core/test_prefix_caching.py
+    `test_cache_blocks` / `test_prefill` (decode blocks cached once full).
+    """
+    alloc = paged(16)
+    first = SeqSpec(0, 20, 30, 30, content_key=("r", 7), content_prompt_tokens=20)
+    assert alloc.admit(first)
+    assert len(alloc.grow(np.array([0]), 20)) == 0  # 40 tokens: blocks 0 and 1 full
+    alloc.release(0)  # preempted (recompute)
+    resumed = SeqSpec(1, 39, 11, 11, content_key=("r", 7), content_prompt_tokens=20)  # 20 + 19 emitted
+    assert alloc.admit(resumed)
+    assert alloc.prefix_hit_tokens(1) == 32
+    other = SeqSpec(2, 39, 11, 11, content_key=("r", 8), content_prompt_tokens=20)
+    assert alloc.admit(other)
+    assert alloc.prefix_hit_tokens(2) == 0  # another request's tokens are other content
+
+
+def test_a_sessions_next_turn_hits_the_previous_turns_output_blocks() -> None:
+    """Rule: a follow-up turn whose prompt is the previous prompt + output hits the blocks decoding
+    filled in the previous turn (kvsim names a session turn's tokens by its session stream).
+
+    Source: vllm/v1/core/block_pool.py `BlockPool.cache_full_blocks` (decode blocks are hashed by
+    their token ids, so equal text is an equal chain); the session rule is kvsim's
+    (workloads/sharing.py session_history: next prompt = history + new text).
+    """
+    requests = make_requests([0.0, 10.0], [20, 60], [21, 2])
+    requests["session_id"] = [0, 0]
+    requests["prefix_group"] = [3, 3]
+    requests["prefix_tokens"] = [0, 41]  # turn 2 starts with turn 1's 20 + 21 tokens
+    config = engine_config("vllm-v1", max_model_len=256, content_identity=True)
+    result = run_engine(requests, paged(32), LinearCost(0.01), config)
+    assert result.requests["prefix_hit_tokens"].tolist() == [0, 32]  # 2 full blocks of turn 1's 41 tokens
+    anonymous = run_engine(requests, paged(32), LinearCost(0.01), engine_config("vllm-v1", max_model_len=256))
+    assert anonymous.requests["prefix_hit_tokens"].tolist() == [0, 0]  # prompt-only naming: turn 1 held none
