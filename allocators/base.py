@@ -42,6 +42,10 @@ class SeqSpec:
     content_key: tuple | None = None
     content_prompt_tokens: int = 0
     sample: int = 0
+    # > 0: hold only the cache hits plus this many new prompt tokens now; the rest of the prompt
+    # comes through `grow`, one chunk at a time (chunked prefill, vLLM v1). Only allocators with
+    # `allocates_per_chunk = True` honour it; the engine asks nothing else of them.
+    first_chunk_tokens: int = 0
 
     @property
     def final_tokens(self) -> int:

@@ -63,6 +63,10 @@ def _cached_block_keys(seq: SeqSpec, block_size: int) -> tuple[Hashable, ...]:
 class PagedAllocator:
     """Block pool + block tables + refcounts + prefix sharing/caching."""
 
+    # Honours SeqSpec.first_chunk_tokens: admission holds the hits plus the first chunk only (vLLM v1
+    # kv_cache_manager.py `allocate_slots` is called per scheduled chunk with num_new_tokens).
+    allocates_per_chunk = True
+
     def __init__(
         self,
         name: str,
@@ -282,7 +286,8 @@ class PagedAllocator:
         if not _has_named_content(seq):
             return self._admit_plain(seq)
         keys, hits = self._prefix_hits(seq)
-        prompt_blocks = int(ceil_div(seq.prompt_tokens, self.block_size))
+        held_tokens = self._held_at_admission(seq, len(hits))
+        prompt_blocks = int(ceil_div(held_tokens, self.block_size))  # held now (the prompt but per chunk)
         hit_blocks = np.asarray(hits, dtype=np.int64) if hits else _EMPTY_IDS
         live_hits = int((self.pool.refcount[hit_blocks] > 0).sum()) if hits else 0
         if prompt_blocks - live_hits > self.pool.num_free:
@@ -300,8 +305,11 @@ class PagedAllocator:
                 if block in revived_set and index in pieces:
                     self._hold_pieces(block, pieces[index])
         new_blocks = self.pool.allocate(prompt_blocks - hit_blocks.size)
-        if self.share_prefixes and len(keys) > hit_blocks.size:
-            self.pool.register_many(new_blocks[: len(keys) - hit_blocks.size], keys[hit_blocks.size :])
+        named_full = min(len(keys), held_tokens // self.block_size)  # full named blocks held now
+        if self.share_prefixes and named_full > hit_blocks.size:
+            self.pool.register_many(
+                new_blocks[: named_full - hit_blocks.size], keys[hit_blocks.size : named_full]
+            )
         for index, block_pieces_here in pieces.items():
             if hit_blocks.size <= index < prompt_blocks:
                 self._hold_pieces(int(new_blocks[index - hit_blocks.size]), block_pieces_here)
@@ -315,7 +323,7 @@ class PagedAllocator:
         row[hit_blocks.size : prompt_blocks] = new_blocks
         self.live[sid] = True
         self._num_live += 1
-        self.lengths_tokens[sid] = seq.prompt_tokens
+        self.lengths_tokens[sid] = held_tokens
         self.num_seq_blocks[sid] = prompt_blocks
         self._set_final(sid, seq.final_tokens)
         # A full hit still computes the last prompt token, and computed tokens are whole blocks: at
@@ -331,6 +339,13 @@ class PagedAllocator:
         self._set_limits_of(sid)
         return True
 
+    def _held_at_admission(self, seq: SeqSpec, hit_blocks: int) -> int:
+        """Tokens a new sequence holds at admission: its prompt, or (per chunk) its hits + first chunk."""
+        if seq.first_chunk_tokens <= 0:
+            return seq.prompt_tokens
+        hit_tokens = min(hit_blocks, (seq.prompt_tokens - 1) // self.block_size) * self.block_size
+        return hit_tokens + min(seq.prompt_tokens - hit_tokens, seq.first_chunk_tokens)
+
     def _admit_plain(self, seq: SeqSpec) -> bool:
         """`admit` for a prompt with no named content (most requests), in Python scalars.
 
@@ -340,7 +355,11 @@ class PagedAllocator:
         """
         bs = self.block_size
         sid = seq.seq_id
-        prompt = seq.prompt_tokens
+        prompt = (
+            seq.prompt_tokens
+            if seq.first_chunk_tokens <= 0
+            else min(seq.prompt_tokens, seq.first_chunk_tokens)
+        )
         prompt_blocks = -(-prompt // bs)
         if prompt_blocks > self.pool.queue.num_free:
             return False

@@ -83,6 +83,7 @@ class EngineConfig:
     admit_after_preemption: bool = True
     swap_space_tokens: int | None = None  # CPU swap bound in token slots (None: unbounded)
     swap_block_tokens: int = 1  # swap is counted in whole blocks of this many tokens
+    allocate_per_chunk: bool = False  # chunked prefill allocates per scheduled chunk (vLLM v1)
     content_identity: bool = (
         False  # name every request's own tokens for the prefix cache (SeqSpec.content_key)
     )
@@ -246,6 +247,7 @@ class Engine:
             admit_after_preemption=config.admit_after_preemption,
             swap_space_tokens=config.swap_space_tokens,
             swap_block_tokens=config.swap_block_tokens,
+            allocate_per_chunk=config.allocate_per_chunk,
         )
         self.recorder = StepRecorder(config.max_step_rows)
         self.integrals = TimeIntegrals()

@@ -33,6 +33,10 @@ class EngineRules:
     - `admit_after_preemption`: whether a step whose running requests had to preempt may still admit
       waiting ones (vLLM v1 `vllm/v1/core/sched/scheduler.py` `Scheduler.schedule`: `if not preempted_reqs`
       guards the waiting loop).
+    - `allocate_per_chunk`: under chunked prefill, blocks are allocated for each scheduled chunk, not
+      for the whole prompt at admission (vLLM v1 `vllm/v1/core/kv_cache_manager.py`
+      `KVCacheManager.allocate_slots(request, num_new_tokens, ...)`, called per step by the scheduler;
+      v0's BlockSpaceManager.allocate took the whole prompt when the group was first scheduled).
     - `v0_preemption_choice`: with no explicit mode, swap a sequence group with more than one running
       sequence and recompute a single one (vLLM v0 `Scheduler._preempt`, `preemption_mode is None`).
     """
@@ -41,6 +45,7 @@ class EngineRules:
     prefill_only_steps: bool
     admit_after_preemption: bool
     v0_preemption_choice: bool
+    allocate_per_chunk: bool = False
 
 
 RULES: dict[str, EngineRules] = {
@@ -48,7 +53,11 @@ RULES: dict[str, EngineRules] = {
         "vllm-v0", prefill_only_steps=True, admit_after_preemption=True, v0_preemption_choice=True
     ),
     "vllm-v1": EngineRules(
-        "vllm-v1", prefill_only_steps=False, admit_after_preemption=False, v0_preemption_choice=False
+        "vllm-v1",
+        prefill_only_steps=False,
+        admit_after_preemption=False,
+        v0_preemption_choice=False,
+        allocate_per_chunk=True,
     ),
 }
 

@@ -58,7 +58,7 @@ class WorkItem:
 class PrefillGroup:
     """An admitted item still computing its prompt (parent + forked samples share one prefill)."""
 
-    __slots__ = ("item", "seq_ids", "compute_left", "context_tokens", "stamp", "prompt_tokens")
+    __slots__ = ("item", "seq_ids", "compute_left", "context_tokens", "stamp", "prompt_tokens", "per_chunk")
 
     def __init__(
         self, item: WorkItem, seq_ids: list[int], compute_left: int, context_tokens: int, stamp: int
@@ -69,6 +69,7 @@ class PrefillGroup:
         self.context_tokens = context_tokens
         self.stamp = stamp
         self.prompt_tokens = 0
+        self.per_chunk = False  # the allocator holds only what has been scheduled (grown per chunk)
 
 
 # Decode record: a list for cheap field access. Indices:
@@ -139,7 +140,7 @@ class RequestInfo:
                 for req, (session, group) in enumerate(zip(sessions, self.prefix_group, strict=True))
             ]
 
-    def spec(self, req: int, seq_id: int, emitted: int, sample: int = 0) -> SeqSpec:
+    def spec(self, req: int, seq_id: int, emitted: int, sample: int = 0, first_chunk: int = 0) -> SeqSpec:
         """The allocator's view of sample `sample` of `req` having already generated `emitted` tokens.
 
         A resumed sample (recompute or swap) looks like a new sequence whose prompt includes
@@ -157,6 +158,7 @@ class RequestInfo:
             content_key=self.content_keys[req],
             content_prompt_tokens=self.prompt_tokens[req],
             sample=sample,
+            first_chunk_tokens=first_chunk,
         )
 
 
@@ -179,6 +181,7 @@ class Scheduler:
         admit_after_preemption: bool = True,
         swap_space_tokens: int | None = None,
         swap_block_tokens: int = 1,
+        allocate_per_chunk: bool = False,
     ) -> None:
         if preemption_mode not in ("recompute", "swap", "auto"):
             raise ValueError(
@@ -197,6 +200,13 @@ class Scheduler:
         # are v0's non-chunked scheduler; with chunked prefill v0 mixes too (_schedule_chunked_prefill).
         self.prefill_only_steps = prefill_only_steps and not enable_chunked_prefill
         self.admit_after_preemption = admit_after_preemption
+        # vLLM v1 allocates blocks for the chunk it schedules (kv_cache_manager.py allocate_slots with
+        # num_new_tokens), not for the whole prompt at admission; only allocators that support it
+        self.per_chunk = (
+            allocate_per_chunk
+            and enable_chunked_prefill
+            and bool(getattr(allocator, "allocates_per_chunk", False))
+        )
         self.swap_space_tokens = swap_space_tokens
         self.swap_block_tokens = max(1, swap_block_tokens)
         self.swap_used_tokens = 0
@@ -338,10 +348,14 @@ class Scheduler:
         plan.swap_tokens += self.pending_swap_out_tokens
         self.pending_swap_out_tokens = 0
         budget = self.max_num_batched_tokens - len(self.decode)
-        for group in self.prefilling:  # partially prefilled groups (chunked prefill only)
+        for group in list(self.prefilling):  # partially prefilled groups (chunked prefill only)
             if budget <= 0:
                 break
+            if group not in self.prefilling:  # preempted for an older group's chunk
+                continue
             chunk = min(group.compute_left, budget)
+            if group.per_chunk and not self._grow_chunk(group, chunk, now_s):
+                continue
             self._add_chunk(plan, group, chunk)
             budget -= chunk
         if self.prefill_only_steps:  # admission was tried above: this is a decode step
@@ -412,7 +426,8 @@ class Scheduler:
         if budget <= 0 or (not self.chunked and prompt > budget):
             return None
         seq_id = self._new_id()
-        if not alloc.admit(info.spec(req, seq_id, item.emitted, max(item.sample, 0))):
+        first_chunk = budget if self.per_chunk and num == 1 else 0
+        if not alloc.admit(info.spec(req, seq_id, item.emitted, max(item.sample, 0), first_chunk)):
             self._free_ids.append(seq_id)
             return None
         seq_ids = [seq_id]
@@ -430,6 +445,7 @@ class Scheduler:
         self._stamp += 1
         group = PrefillGroup(item, seq_ids, compute, prompt - compute, self._stamp)
         group.prompt_tokens = prompt
+        group.per_chunk = first_chunk > 0
         self.prefilling.append(group)
         self.num_seqs += num
         log = self.log
@@ -617,6 +633,29 @@ class Scheduler:
             return
         self.waiting.appendleft(WorkItem(req, rec[_SAMPLE], emitted, now_s, True, False))
         self._note_queue()
+
+    def _grow_chunk(self, group: PrefillGroup, chunk: int, now_s: float) -> bool:
+        """Allocate the next chunk of a partly prefilled prompt; preempt newest first when memory is short.
+
+        vLLM v1 (vllm/v1/core/sched/scheduler.py Scheduler.schedule, RUNNING loop): when
+        `allocate_slots` fails, the lowest-priority (newest) running request is preempted and the
+        allocation retried; if that request is this one, it is preempted itself. False then.
+        """
+        seq_id = group.seq_ids[0]
+        ids = np.asarray([seq_id], dtype=np.int64)
+        while len(self.alloc.grow(ids, chunk)):
+            victim_id, victim_group = self._newest_unit()
+            if victim_group is group:
+                self._preempt_group(group, now_s)
+                return False
+            if victim_group is not None:
+                self._preempt_group(victim_group, now_s)
+            elif victim_id >= 0:
+                self._preempt_decode(victim_id, False, now_s)
+            else:  # nothing else to preempt (cannot happen: the prompt fits an empty cache)
+                self._preempt_group(group, now_s)
+                return False
+        return True
 
     def _swaps(self, req: int) -> bool:
         """Whether preempting a sample of `req` swaps it out (else it is recomputed later).

@@ -66,6 +66,7 @@ def engine_config(
         # --swap-space is a real bound of the engine that swaps (v0); v1 never swaps
         swap_space_tokens=scenario.swap_space_tokens(),
         swap_block_tokens=block_tokens,
+        allocate_per_chunk=rules.allocate_per_chunk,
         # prefix caching caches every full block (prompt and decode), so tokens need an identity
         content_identity=scenario.enable_prefix_caching and scenario.allocator.name == "paged",
         multi_step=multi_step,

@@ -165,3 +165,42 @@ def test_real_allocators_jumps_equal_stepping(allocator: str) -> None:
         a, b = jumped.metrics[f"kv_{part}_pct"], stepped.metrics[f"kv_{part}_pct"]
         assert abs(a - b) <= 1e-9, part  # percentage points: exact for every shipped allocator
     assert jumped.metrics["engine_turns"] < stepped.metrics["engine_turns"]
+
+
+@pytest.mark.parametrize("engine", ["vllm-v0", "vllm-v1"])
+def test_jumps_equal_stepping_with_the_real_paged_allocator_and_prefix_caching(engine: str) -> None:
+    """Both presets' rules with the real allocator: per-chunk allocation (v1), cached decode blocks
+    (content identity), shared prefixes and preemption under a small cache."""
+    from allocators.paged import PagedAllocator
+
+    rng = np.random.default_rng(11)
+    requests = random_requests(rng, 200, rate=40.0, mean_prompt=90, mean_output=80)
+    requests["prefix_group"] = rng.integers(0, 3, len(requests))
+    requests["prefix_tokens"] = np.minimum(40, requests["prompt_tokens"].to_numpy())
+    chunked = engine == "vllm-v1"
+    config = preset_config(
+        engine,
+        {
+            "max_num_seqs": 24,
+            "max_num_batched_tokens": 64 if chunked else 1024,
+            "max_model_len": 1024,
+            "enable_chunked_prefill": chunked,
+            "allocate_per_chunk": chunked,
+            "content_identity": True,
+        },
+    )
+    results = []
+    for multi_step in (True, False):
+        alloc = PagedAllocator("paged", 1600, 16, enable_prefix_caching=True, share_prefixes=True)
+        results.append(
+            run_engine(
+                requests, alloc, LinearCost(0.01, 1e-5, 2e-7), EngineConfig(multi_step=multi_step, **config)
+            )
+        )
+        assert alloc.pool.num_free == alloc.num_blocks  # everything released
+    jumped, stepped = results
+    assert_same_requests(jumped.requests, stepped.requests)
+    assert_same_taxonomy(jumped, stepped)
+    assert jumped.totals["turns"] < stepped.totals["turns"]
+    assert jumped.requests["preemptions"].sum() > 0
+    assert jumped.requests["prefix_hit_tokens"].sum() > 0

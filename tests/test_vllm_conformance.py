@@ -415,3 +415,68 @@ def test_a_sessions_next_turn_hits_the_previous_turns_output_blocks() -> None:
     assert result.requests["prefix_hit_tokens"].tolist() == [0, 32]  # 2 full blocks of turn 1's 41 tokens
     anonymous = run_engine(requests, paged(32), LinearCost(0.01), engine_config("vllm-v1", max_model_len=256))
     assert anonymous.requests["prefix_hit_tokens"].tolist() == [0, 0]  # prompt-only naming: turn 1 held none
+
+
+# --- chunked prefill allocation: kv_cache_manager.allocate_slots --------------------------------
+
+
+def _scheduler(alloc: PagedAllocator, requests, **knobs):  # noqa: ANN001, ANN202 - test helper
+    from sim.metrics import RequestLog
+    from sim.scheduler import RequestInfo, Scheduler
+
+    base = {
+        "max_num_seqs": 8,
+        "max_num_batched_tokens": 32,
+        "max_model_len": 512,
+        "enable_chunked_prefill": True,
+        "preemption_mode": "recompute",
+    }
+    return Scheduler(RequestInfo(requests, 512), alloc, RequestLog(len(requests)), **{**base, **knobs})
+
+
+def test_chunked_prefill_allocates_blocks_per_scheduled_chunk() -> None:
+    """Rule (v1): under chunked prefill a request holds blocks for the tokens scheduled so far (its
+    cache hits plus each chunk), not for its whole prompt from admission on.
+
+    Source: vllm/v1/core/kv_cache_manager.py `KVCacheManager.allocate_slots(request, num_new_tokens,
+    ...)` called by vllm/v1/core/sched/scheduler.py `Scheduler.schedule` for each scheduled chunk;
+    mirrors tests/v1/core/test_scheduler.py `test_schedule_partial_requests` (block counts per step).
+    """
+    requests = make_requests([0.0], [100], [3])
+    alloc = paged(64, caching=False)
+    sched = _scheduler(alloc, requests, allocate_per_chunk=True)
+    sched.enqueue(0, 0.0)
+    held = []
+    for step in range(4):
+        plan = sched.schedule(float(step))
+        held.append(int(alloc.num_seq_blocks[0]))
+        sched.complete(1, plan, float(step) + 0.5)
+    assert held == [2, 4, 6, 7]  # 32, 64, 96, 100 tokens scheduled
+    whole = paged(64, caching=False)
+    sched = _scheduler(whole, requests, allocate_per_chunk=False)  # v0: the whole prompt at once
+    sched.enqueue(0, 0.0)
+    sched.schedule(0.0)
+    assert int(whole.num_seq_blocks[0]) == 7
+
+
+def test_a_chunk_that_does_not_fit_preempts_the_newest_request() -> None:
+    """Rule (v1): when the next chunk of a running request cannot get blocks, the newest running
+    request is preempted (or the request itself, if it is the newest).
+
+    Source: vllm/v1/core/sched/scheduler.py `Scheduler.schedule` (RUNNING loop: allocate_slots
+    fails -> `self.running.pop()` preempted, retry).
+    """
+    requests = make_requests([0.0, 0.0], [60, 80], [30, 3])
+    alloc = paged(6, caching=False)
+    sched = _scheduler(alloc, requests, max_num_batched_tokens=40, allocate_per_chunk=True)
+    sched.enqueue(0, 0.0)
+    sched.enqueue(1, 0.0)
+    plan = sched.schedule(0.0)  # A: 40 tokens (3 blocks); no budget left for B
+    assert [chunk for _, chunk in plan.chunks] == [40]
+    sched.complete(1, plan, 0.5)
+    plan = sched.schedule(1.0)  # A: last 20 (4 blocks); B: first 20 (2 blocks): the cache is full
+    assert [chunk for _, chunk in plan.chunks] == [20, 20]
+    sched.complete(1, plan, 1.5)
+    plan = sched.schedule(2.0)  # B's next 39 tokens need 2 more blocks; B is the newest: itself
+    assert sched.log.preemptions == [0, 1]
+    assert plan.chunks == [] and sched.num_decode == 1
