@@ -480,3 +480,32 @@ def test_a_chunk_that_does_not_fit_preempts_the_newest_request() -> None:
     plan = sched.schedule(2.0)  # B's next 39 tokens need 2 more blocks; B is the newest: itself
     assert sched.log.preemptions == [0, 1]
     assert plan.chunks == [] and sched.num_decode == 1
+
+
+# --- the flag -------------------------------------------------------------------------------------
+
+
+def _cli(args: list[str]) -> int:
+    from sim.cli import main
+
+    try:
+        main(args)
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    return 0
+
+
+def test_engine_flag_reaches_the_scenario_and_explicit_flags_win(tmp_path, capsys) -> None:  # noqa: ANN001
+    import json
+
+    out = tmp_path / "v1"
+    args = ["run", "--engine", "vllm-v1", "--no-enable-prefix-caching", "--num-prompts", "30", "-o", str(out)]
+    assert _cli(args) == 0
+    assert "vllm-v1" in capsys.readouterr().out
+    scenario = json.loads((out / "summary.json").read_text())["scenario"]
+    assert (scenario["engine"], scenario["enable_chunked_prefill"]) == ("vllm-v1", True)
+    assert scenario["enable_prefix_caching"] is False  # the explicit flag beats the preset
+    assert _cli(["run", "--engine", "vllm-v2", "-o", str(tmp_path / "x")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "field 'engine'" in err[0]
+    assert not (tmp_path / "x").exists()

@@ -327,7 +327,9 @@ def register(app: typer.Typer) -> None:
         target = write_run(run, target)
         label = run.allocator
         rows = [[name, summary_cell(run.metrics, key, spec)] for name, key, spec in SUMMARY_ROWS]
-        _print_table(f"kvsim run: {scenario.name} ({label}, seed {scenario.seed})", [label], rows)
+        _print_table(
+            f"kvsim run: {scenario.name} ({label}, {scenario.engine}, seed {scenario.seed})", [label], rows
+        )
         typer.echo(f"results written to {target}")
 
     @app.command("compare")
@@ -393,7 +395,9 @@ def register(app: typer.Typer) -> None:
             [name, *(summary_cell(runs[label].metrics, key, spec) for label in labels)]
             for name, key, spec in SUMMARY_ROWS
         ]
-        _print_table(f"kvsim compare: {scenario.name} (seed {scenario.seed})", labels, rows)
+        _print_table(
+            f"kvsim compare: {scenario.name} ({scenario.engine}, seed {scenario.seed})", labels, rows
+        )
         from sim.reporting import report
 
         report_path = report(written, Path(output))
