@@ -509,3 +509,11 @@ def test_engine_flag_reaches_the_scenario_and_explicit_flags_win(tmp_path, capsy
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "field 'engine'" in err[0]
     assert not (tmp_path / "x").exists()
+
+
+def test_a_sweep_grid_can_compare_the_two_engines() -> None:
+    from sim.sweep_spec import parse_spec
+
+    spec = parse_spec({"base": {"num_prompts": 10}, "grid": {"engine": ["vllm-v0", "vllm-v1"]}})
+    engines = [(cell.scenario.engine, cell.scenario.enable_chunked_prefill) for cell in spec.cells]
+    assert engines == [("vllm-v0", False), ("vllm-v1", True)]
