@@ -37,6 +37,15 @@ class SeqSpec:
     prefix_tokens: int = 0  # length of the shared prefix inside the prompt
     block_hashes: tuple[int, ...] = ()  # prefix-block ids (Mooncake style); equal id = identical KV
     block_hash_tokens: int = 0  # tokens covered by one hash (e.g. 512 for Mooncake)
+    # Content identity of the tokens the names above do not cover (prefix_keys.sequence_block_keys):
+    # None = anonymous. Blocks past `content_prompt_tokens` hold generated tokens, sample-specific.
+    content_key: tuple | None = None
+    content_prompt_tokens: int = 0
+    sample: int = 0
+    # > 0: hold only the cache hits plus this many new prompt tokens now; the rest of the prompt
+    # comes through `grow`, one chunk at a time (chunked prefill, vLLM v1). Only allocators with
+    # `allocates_per_chunk = True` honour it; the engine asks nothing else of them.
+    first_chunk_tokens: int = 0
 
     @property
     def final_tokens(self) -> int:

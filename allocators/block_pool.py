@@ -38,14 +38,36 @@ class FreeBlockQueue:
         blocks = self._entries[start:stop]
         return self.in_queue[blocks] & (self._entry_stamps[start:stop] == self._stamp[blocks])
 
-    def _compact(self) -> None:
+    def _compact(self, start: int = 0) -> None:
+        """Drop stale entries and move the valid ones to begin at `start` (room for front pushes)."""
         valid = self._valid(self._head, self._tail)
-        kept = self._entries[self._head : self._tail][valid]
-        stamps = self._entry_stamps[self._head : self._tail][valid]
-        self._entries[: kept.size] = kept
-        self._entry_stamps[: kept.size] = stamps
-        self._head, self._tail = 0, kept.size
+        kept = self._entries[self._head : self._tail][valid].copy()
+        stamps = self._entry_stamps[self._head : self._tail][valid].copy()
+        self._entries[start : start + kept.size] = kept
+        self._entry_stamps[start : start + kept.size] = stamps
+        self._head, self._tail = start, start + kept.size
         self._num_stale = 0
+
+    def push_front(self, blocks: np.ndarray) -> None:
+        """Put freed blocks at the head, in the given order (blocks[0] is popped first).
+
+        vLLM v1 (vllm/v1/core/kv_cache_utils.py `FreeKVCacheBlockQueue.prepend_n`, called by
+        block_pool.py `BlockPool.free_blocks` for freed blocks without a hash): blocks that can
+        never be a cache hit are reused first, so cached blocks survive longer.
+        """
+        count = blocks.size
+        if count == 0:
+            return
+        if self._head < count:  # no room before the head: re-centre the queue (amortised)
+            live = self._tail - self._head
+            self._compact(start=max(count, (self._entries.size - live) // 2))
+        if self._num_stale:
+            self._stamp[blocks] += 1
+        self._head -= count
+        self._entries[self._head : self._head + count] = blocks
+        self._entry_stamps[self._head : self._head + count] = self._stamp[blocks]
+        self.in_queue[blocks] = True
+        self.num_free += count
 
     def push(self, blocks: np.ndarray) -> None:
         """Append freed blocks at the tail, in the given order."""
@@ -241,7 +263,11 @@ class BlockPool:
         """Drop one reference from each (distinct) block; return the blocks that became free.
 
         Freed blocks go to the queue tail in the given order (callers pass a sequence's blocks
-        last-first, so the tail of a prompt is evicted before its head, as in vLLM).
+        last-first, so the tail of a prompt is evicted before its head, as in vLLM). With caching on,
+        freed blocks that hold no cached content go to the *head* instead, in the given order, and
+        only the cached ones to the tail (vLLM v1 vllm/v1/core/block_pool.py `BlockPool.free_blocks`:
+        `prepend_n(blocks_without_hash)`, `append_n(blocks_with_hash)`; with caching off it appends
+        all, for GPU cache locality).
         """
         left = self.refcount[blocks] - 1  # one gather serves the update and the test (blocks are distinct)
         self.refcount[blocks] = left
@@ -257,6 +283,12 @@ class BlockPool:
                 for block in keyed.tolist():
                     del by_key[key_of_block.pop(block)]
                 self.has_key[keyed] = False
+        if self.enable_caching:
+            named = self.has_key[freed]
+            if not named.all():
+                self.queue.push_front(freed[~named])
+                self.queue.push(freed[named])
+                return freed
         self.queue.push(freed)
         return freed
 

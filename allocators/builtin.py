@@ -164,6 +164,7 @@ BUILTIN_ENTRIES: tuple[AllocatorEntry, ...] = (
         factory=_make_contiguous,
         params=frozenset({"max_model_len", "placement"}),
         scenario_params=frozenset({"max_model_len"}),
+        scenario_defaults=frozenset({"placement"}),
         spec_words=(_PLACEMENT_WORD,),
         min_capacity=_one_max_model_len,
     ),
@@ -172,6 +173,7 @@ BUILTIN_ENTRIES: tuple[AllocatorEntry, ...] = (
         factory=_make_request_limit,
         params=frozenset({"max_model_len", "placement", "reservation"}),
         scenario_params=frozenset({"max_model_len"}),
+        scenario_defaults=frozenset({"placement"}),
         spec_words=(
             SpecWord("reservation", "a reservation", tuple(sorted(RESERVATION_POLICIES))),
             _PLACEMENT_WORD,
@@ -182,6 +184,7 @@ BUILTIN_ENTRIES: tuple[AllocatorEntry, ...] = (
         factory=_make_paged,
         params=frozenset({"block_size", "enable_prefix_caching", "share_prefixes", "max_model_len"}),
         scenario_params=frozenset({"block_size", "enable_prefix_caching", "max_model_len"}),
+        scenario_defaults=frozenset({"share_prefixes"}),
         min_capacity=_one_block,
         block_table_layout=True,
     ),

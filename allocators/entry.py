@@ -8,6 +8,8 @@ one entry passed to `allocators.register_allocator` and nothing in `sim/` change
 - `scenario_params`: which of them the scenario supplies from its own fields (`max_model_len`,
   `block_size`, `enable_prefix_caching`, `num_layers`, `bytes_per_token_per_layer`), so a user never
   sets them twice;
+- `scenario_defaults`: parameters the user may set but whose default the scenario picks (the engine
+  preset's placement for slabs, `share_prefixes` following prefix caching);
 - `spec_words`: the optional words of its string form, in label order (`request_limit:oracle:buddy`);
 - `min_capacity`: the smallest KV budget it can run in, and how to say it;
 - `check`: a problem with a user's parameter that the scenario should report as its field, or None;
@@ -53,6 +55,7 @@ class AllocatorEntry:
     factory: Callable[..., Allocator]
     params: frozenset[str]
     scenario_params: frozenset[str] = frozenset()
+    scenario_defaults: frozenset[str] = frozenset()
     spec_words: tuple[SpecWord, ...] = ()
     min_capacity: Callable[[Mapping[str, Any]], tuple[int, str]] | None = None
     check: Callable[[Mapping[str, Any]], tuple[str, str] | None] | None = None

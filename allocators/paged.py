@@ -33,7 +33,7 @@ from allocators.block_pool import BlockPool
 from allocators.holes import uniform_hole_stats
 from allocators.jump_integral import paged_breakdown_integral
 from allocators.ledger import DuplicateLedger
-from allocators.prefix_keys import block_pieces, full_block_keys
+from allocators.prefix_keys import block_pieces, sequence_block_keys
 from allocators.seq_arrays import ceil_div, check_live_seq, check_new_seq, ensure_rows, grown
 
 _EMPTY_IDS = np.zeros(0, dtype=np.int64)
@@ -47,19 +47,25 @@ def _has_named_content(seq: SeqSpec) -> bool:
 
     Most requests have none: admission then skips the key, hit and piece machinery altogether.
     """
-    return bool(seq.block_hashes and seq.block_hash_tokens > 0) or (
-        seq.prefix_group >= 0 and seq.prefix_tokens > 0
+    return (
+        bool(seq.block_hashes and seq.block_hash_tokens > 0)
+        or (seq.prefix_group >= 0 and seq.prefix_tokens > 0)
+        or seq.content_key is not None
     )
 
 
 @functools.lru_cache(maxsize=256)
 def _cached_block_keys(seq: SeqSpec, block_size: int) -> tuple[Hashable, ...]:
     """Prompt block names; cached because the engine asks demand_tokens then admit for one seq."""
-    return tuple(full_block_keys(seq, block_size))
+    return tuple(sequence_block_keys(seq, block_size))
 
 
 class PagedAllocator(AllocatorBase):
     """Block pool + block tables + refcounts + prefix sharing/caching."""
+
+    # Honours SeqSpec.first_chunk_tokens: admission holds the hits plus the first chunk only (vLLM v1
+    # kv_cache_manager.py `allocate_slots` is called per scheduled chunk with num_new_tokens).
+    allocates_per_chunk = True
 
     def __init__(
         self,
@@ -83,6 +89,9 @@ class PagedAllocator(AllocatorBase):
         self._ledger = DuplicateLedger()
         self._block_content: dict[int, list[Hashable]] = {}  # block -> ledger keys it holds
         self._has_content = np.zeros(self.num_blocks, dtype=bool)
+        # live sequences with a content identity (SeqSpec.content_key): their blocks filled after
+        # admission (decode, later chunks) are named at release, see `_name_filled_blocks`
+        self._content_of: dict[int, SeqSpec] = {}
         self.live = np.zeros(0, dtype=bool)
         self._num_live = 0  # live.sum(), kept in step (the jump integral asks whether ids are all live)
         self.lengths_tokens = np.zeros(0, dtype=np.int64)
@@ -277,7 +286,8 @@ class PagedAllocator(AllocatorBase):
         if not _has_named_content(seq):
             return self._admit_plain(seq)
         keys, hits = self._prefix_hits(seq)
-        prompt_blocks = int(ceil_div(seq.prompt_tokens, self.block_size))
+        held_tokens = self._held_at_admission(seq, len(hits))
+        prompt_blocks = int(ceil_div(held_tokens, self.block_size))  # held now (the prompt but per chunk)
         hit_blocks = np.asarray(hits, dtype=np.int64) if hits else _EMPTY_IDS
         live_hits = int((self.pool.refcount[hit_blocks] > 0).sum()) if hits else 0
         if prompt_blocks - live_hits > self.pool.num_free:
@@ -295,8 +305,11 @@ class PagedAllocator(AllocatorBase):
                 if block in revived_set and index in pieces:
                     self._hold_pieces(block, pieces[index])
         new_blocks = self.pool.allocate(prompt_blocks - hit_blocks.size)
-        if self.share_prefixes and len(keys) > hit_blocks.size:
-            self.pool.register_many(new_blocks[: len(keys) - hit_blocks.size], keys[hit_blocks.size :])
+        named_full = min(len(keys), held_tokens // self.block_size)  # full named blocks held now
+        if self.share_prefixes and named_full > hit_blocks.size:
+            self.pool.register_many(
+                new_blocks[: named_full - hit_blocks.size], keys[hit_blocks.size : named_full]
+            )
         for index, block_pieces_here in pieces.items():
             if hit_blocks.size <= index < prompt_blocks:
                 self._hold_pieces(int(new_blocks[index - hit_blocks.size]), block_pieces_here)
@@ -310,13 +323,28 @@ class PagedAllocator(AllocatorBase):
         row[hit_blocks.size : prompt_blocks] = new_blocks
         self.live[sid] = True
         self._num_live += 1
-        self.lengths_tokens[sid] = seq.prompt_tokens
+        self.lengths_tokens[sid] = held_tokens
         self.num_seq_blocks[sid] = prompt_blocks
         self._set_final(sid, seq.final_tokens)
-        self.prefix_hit[sid] = hit_blocks.size * self.block_size
+        # A full hit still computes the last prompt token, and computed tokens are whole blocks: at
+        # most (prompt - 1) // block_size blocks count as hits (vLLM v1 kv_cache_manager.py
+        # `get_computed_blocks`: max_cache_hit_length = num_tokens - 1, then whole blocks). The
+        # recomputed block still shares memory here (vLLM writes a second copy of it: one block).
+        self.prefix_hit[sid] = (
+            min(hit_blocks.size, (seq.prompt_tokens - 1) // self.block_size) * self.block_size
+        )
+        if seq.content_key is not None and self.enable_prefix_caching:
+            self._content_of[sid] = seq
         self._count_in(sid, 1)
         self._set_limits_of(sid)
         return True
+
+    def _held_at_admission(self, seq: SeqSpec, hit_blocks: int) -> int:
+        """Tokens a new sequence holds at admission: its prompt, or (per chunk) its hits + first chunk."""
+        if seq.first_chunk_tokens <= 0:
+            return seq.prompt_tokens
+        hit_tokens = min(hit_blocks, (seq.prompt_tokens - 1) // self.block_size) * self.block_size
+        return hit_tokens + min(seq.prompt_tokens - hit_tokens, seq.first_chunk_tokens)
 
     def _admit_plain(self, seq: SeqSpec) -> bool:
         """`admit` for a prompt with no named content (most requests), in Python scalars.
@@ -327,7 +355,11 @@ class PagedAllocator(AllocatorBase):
         """
         bs = self.block_size
         sid = seq.seq_id
-        prompt = seq.prompt_tokens
+        prompt = (
+            seq.prompt_tokens
+            if seq.first_chunk_tokens <= 0
+            else min(seq.prompt_tokens, seq.first_chunk_tokens)
+        )
         prompt_blocks = -(-prompt // bs)
         if prompt_blocks > self.pool.queue.num_free:
             return False
@@ -596,11 +628,31 @@ class PagedAllocator(AllocatorBase):
         return low
 
     # ---- release and fork -------------------------------------------------------------------
+    def _name_filled_blocks(self, seq_id: int, blocks: np.ndarray) -> None:
+        """Give a released sequence's full, unnamed blocks their content keys, so they are cached.
+
+        vLLM hashes each block when it becomes full, prompt or decode (vllm/v1/core/block_pool.py
+        `BlockPool.cache_full_blocks`, called from kv_cache_manager.py `allocate_slots`). Naming them
+        at release instead is the same for every later hit: no other request can hit a running
+        sequence's own generated tokens (forks share its blocks directly). A key a live block
+        already holds keeps that holder (`BlockPool.register`).
+        """
+        spec = self._content_of.pop(seq_id)
+        full = self.lengths_tokens.item(seq_id) // self.block_size
+        keys = sequence_block_keys(spec, self.block_size, full * self.block_size)
+        pool = self.pool
+        for index, key in enumerate(keys):
+            block = int(blocks[index])
+            if not pool.has_key[block] and pool.refcount[block] == 1:
+                pool.register(block, key)
+
     def release(self, seq_id: int) -> None:
         check_live_seq(self, seq_id)
         self._count_in(seq_id, -1)
         count = self.num_seq_blocks.item(seq_id)
         slot = self.table_slot.item(seq_id)
+        if self._content_of and seq_id in self._content_of:
+            self._name_filled_blocks(seq_id, self._tables[slot, :count].astype(np.int64))
         blocks = self._tables[slot, :count][::-1].astype(np.int64)  # tail first: evicted first
         freed = self.pool.release(blocks)
         if self._block_content:  # as _drop_content, without the call when nothing is named
@@ -651,6 +703,8 @@ class PagedAllocator(AllocatorBase):
         self.num_seq_blocks[sid] = count
         self._set_final(sid, child.final_tokens)
         self.prefix_hit[sid] = min(length, child.prompt_tokens)
+        if child.content_key is not None and self.enable_prefix_caching:
+            self._content_of[sid] = child
         self._count_in(sid, 1)
         self._set_limits(np.array([parent_id, sid], dtype=np.int64))  # either may now be copy-on-write
         return True

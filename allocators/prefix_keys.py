@@ -68,6 +68,26 @@ def full_block_keys(seq: SeqSpec, block_size: int) -> list[Hashable]:
     return []
 
 
+def sequence_block_keys(seq: SeqSpec, block_size: int, num_tokens: int | None = None) -> list[Hashable]:
+    """Keys of the leading full blocks of a sequence's first `num_tokens` tokens (default: the prompt).
+
+    Why: vLLM hashes every full block, prompt or generated (vllm/v1/core/block_pool.py
+    `BlockPool.cache_full_blocks`), so a recompute-resumed request or a session's next turn hits the
+    blocks its earlier tokens filled. Named content (hash chain, prefix group) keeps its keys
+    (`full_block_keys`); after it, blocks are named by `seq.content_key` and their index, and blocks
+    holding generated tokens (past `content_prompt_tokens`) of a sample other than 0 also by the
+    sample. With no content key this is `full_block_keys` for the prompt.
+    """
+    tokens = seq.prompt_tokens if num_tokens is None else num_tokens
+    keys = full_block_keys(seq, block_size)[: tokens // block_size]
+    if seq.content_key is None:
+        return keys
+    base, sample, shared_blocks = seq.content_key, seq.sample, seq.content_prompt_tokens // block_size
+    for index in range(len(keys), tokens // block_size):
+        keys.append((*base, index) if sample == 0 or index < shared_blocks else (*base, "s", sample, index))
+    return keys
+
+
 def named_segments(seq: SeqSpec) -> list[tuple[int, int, tuple[Hashable, ...]]]:
     """(start, end, identity) of each named stretch of the prompt, in order."""
     prompt = seq.prompt_tokens

@@ -21,9 +21,14 @@ def register_allocator(entry: AllocatorEntry, *, replace: bool = False) -> Alloc
     """Add an allocator family (a second entry of the same name needs `replace=True`)."""
     if entry.name in _REGISTRY and not replace:
         raise AllocatorConfigError(f"allocator {entry.name!r} is already registered")
-    if not entry.scenario_params <= entry.params:
-        extra = sorted(entry.scenario_params - entry.params)
-        raise AllocatorConfigError(f"{entry.name}: scenario_params {extra} are not among its params")
+    for kind, names in (
+        ("scenario_params", entry.scenario_params),
+        ("scenario_defaults", entry.scenario_defaults),
+    ):
+        if not names <= entry.params:
+            raise AllocatorConfigError(
+                f"{entry.name}: {kind} {sorted(names - entry.params)} are not among its params"
+            )
     _REGISTRY[entry.name] = entry
     return entry
 

@@ -21,6 +21,9 @@ KNOWN = {
     "kv_cache_memory": 800 * 1024 * KV_TOKENS,
     "max_model_len": 2048,
     "max_num_seqs": 1,
+    # one step admits every saturation prompt (the memory arithmetic below); vllm-v0's own default,
+    # max(max_model_len, 2048) = 2048, would admit 64 prompts per step, which then grow into a 3rd block
+    "max_num_batched_tokens": 8192,
     "constant_step_s": STEP_S,
     "num_prompts": 100,
     "workload": {

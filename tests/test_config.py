@@ -127,7 +127,8 @@ def test_budget_from_utilization_is_memory_minus_weights_minus_reserve() -> None
     budget = math.floor(80 * GiB * 0.9) - 6_738_415_616 * 2 - GiB
     assert scenario.kv_budget_bytes_per_gpu() == budget
     assert scenario.kv_capacity_tokens() == budget // (512 * 1024)
-    estimated = Scenario(model="LLaMA-2-7B", gpu="A100-80GB")  # reserve: 512 MiB + 8192 x 4096 x 2 x 10
+    estimated = Scenario(model="LLaMA-2-7B", gpu="A100-80GB", max_num_batched_tokens=8192)
+    # reserve: 512 MiB + 8192 x 4096 x 2 x 10
     assert estimated.activation_reserve_bytes_per_gpu() == 512 * MiB + 8192 * 4096 * 2 * 10
 
 
@@ -185,7 +186,10 @@ def test_capacity_is_the_floor_of_budget_over_bytes_per_token(
         ({"block_size": 0}, "field 'block_size': must be >= 1 (got 0)"),
         ({"gpu_memory_utilization": 1.5}, "field 'gpu_memory_utilization': must be <= 1"),
         ({"max_num_seqs": "many"}, "field 'max_num_seqs': must be an integer"),
-        ({"preemption_mode": "pause"}, "field 'preemption_mode': must be one of 'recompute' or 'swap'"),
+        (
+            {"preemption_mode": "pause"},
+            "field 'preemption_mode': must be one of 'recompute', 'swap' or 'auto'",
+        ),
         ({"model": "GPT-5"}, "field 'model': unknown model preset 'GPT-5'"),
         ({"gpu": "TPU"}, "field 'gpu': unknown gpu preset"),
         ({"kv_cache_memory": "12 gigs"}, "field 'kv_cache_memory'"),
@@ -259,7 +263,9 @@ def test_default_scenario_is_the_vllm_paper_setting() -> None:
     assert (scenario.model, scenario.gpu, scenario.max_model_len) == ("OPT-13B", "A100-40GB", 2048)
     assert scenario.kv_cache_memory == 12 * GiB
     assert (scenario.workload.source, scenario.workload.request_rate) == ("sharegpt", 2.0)
-    assert scenario.num_prompts == 1000 and scenario.max_num_batched_tokens == 8192
+    # vllm-v0's budget (vllm/config.py SchedulerConfig, v0.2): max(max_model_len, 2048) = 2048
+    assert scenario.engine == "vllm-v0"
+    assert scenario.num_prompts == 1000 and scenario.max_num_batched_tokens == 2048
 
 
 def test_derived_defaults_follow_overrides() -> None:

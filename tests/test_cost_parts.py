@@ -179,3 +179,17 @@ def test_every_gpu_preset_has_a_fit_and_a_network() -> None:
     assert gpu_linear_fit("A100-80GB").mape_pct is not None and gpu_linear_fit("L4").mape_pct is None
     assert gpu_linear_fit("H100-80GB-custom") is GPU_LINEAR_FITS["H100-80GB"]
     assert "mean" in gpu_linear_fit("my-own-gpu").source
+
+
+def test_a_scenario_read_back_from_its_toml_keeps_the_fitted_cost_model(tmp_path) -> None:
+    """The what-if knobs default to None, so writing a scenario out and reading it back does not turn
+    the GPU's fitted fractions and the preset's overhead into the pre-fit constants."""
+    from sim.cost.model import CostModel
+    from sim.scenario.scenario import Scenario, default_scenario
+
+    scenario = default_scenario()
+    path = tmp_path / "s.toml"
+    path.write_text(scenario.to_toml())
+    again = Scenario.from_toml(path)
+    assert again.hbm_efficiency is None and again.step_overhead_s is None
+    assert CostModel.from_scenario(again).describe() == CostModel.from_scenario(scenario).describe()

@@ -17,6 +17,28 @@ from hypothesis import strategies as st
 
 from sim.core.engine import EngineConfig, EngineResult, run_engine
 from sim.core.metrics import INTEGRATED_PARTS
+from sim.scenario.engine_presets import RULES
+
+
+def preset_config(engine: str, config: dict) -> dict:
+    """EngineConfig knobs of an engine preset's rules on top of `config` (v1 never swaps: None)."""
+    if engine == "mixed":  # the engine's own defaults (no preset)
+        return dict(config)
+    rules = RULES[engine]
+    mode = config.get("preemption_mode")
+    if engine == "vllm-v1" and mode == "swap":
+        return None
+    if engine == "vllm-v0" and mode is None:
+        mode = "auto"
+    return {
+        **config,
+        "preemption_mode": mode or "recompute",
+        "prefill_only_steps": rules.prefill_only_steps,
+        "admit_after_preemption": rules.admit_after_preemption,
+    }
+
+
+ENGINES = ("mixed", "vllm-v0", "vllm-v1")
 
 
 def assert_same_requests(jumped: pd.DataFrame, stepped: pd.DataFrame) -> None:
@@ -60,31 +82,33 @@ CASES = {
 }
 
 
+@pytest.mark.parametrize("engine", ENGINES)
 @pytest.mark.parametrize("case", list(CASES))
-def test_jumps_equal_stepping(case: str) -> None:
+def test_jumps_equal_stepping(case: str, engine: str) -> None:
     make_alloc, extra = CASES[case]
     requests = random_requests(np.random.default_rng(3), 250, rate=30.0, mean_prompt=120, mean_output=100)
-    config = {"max_num_seqs": 40, "max_num_batched_tokens": 2048, "max_model_len": 2048, **extra}
+    config = preset_config(
+        engine, {"max_num_seqs": 40, "max_num_batched_tokens": 2048, "max_model_len": 2048, **extra}
+    )
+    if config is None:
+        pytest.skip("vllm-v1 never swaps")
     jumped, stepped = both_ways(requests, make_alloc, LinearCost(0.01, 1e-5, 2e-7), **config)
     assert_same_requests(jumped.requests, stepped.requests)
     assert_same_taxonomy(jumped, stepped)
     assert jumped.totals["turns"] < stepped.totals["turns"]  # the jumps did happen
 
 
-def test_jumps_equal_stepping_with_forks_and_closed_loop() -> None:
+@pytest.mark.parametrize("engine", ENGINES)
+def test_jumps_equal_stepping_with_forks_and_closed_loop(engine: str) -> None:
     rng = np.random.default_rng(5)
     requests = random_requests(rng, 120, rate=30.0, mean_prompt=80, mean_output=60)
     requests["n"] = rng.integers(1, 4, len(requests))
     requests["arrival_s"] = 0.0
     requests.attrs["closed_loop"] = {"users": 10, "think_s": 0.3}
-    jumped, stepped = both_ways(
-        requests,
-        lambda: FakePaged(3000, 16),
-        LinearCost(0.02, 1e-5, 1e-7),
-        max_num_seqs=32,
-        max_num_batched_tokens=1024,
-        max_model_len=1024,
+    config = preset_config(
+        engine, {"max_num_seqs": 32, "max_num_batched_tokens": 1024, "max_model_len": 1024}
     )
+    jumped, stepped = both_ways(requests, lambda: FakePaged(3000, 16), LinearCost(0.02, 1e-5, 1e-7), **config)
     assert_same_requests(jumped.requests, stepped.requests)
     assert_same_taxonomy(jumped, stepped)
 
@@ -97,9 +121,10 @@ def test_jumps_equal_stepping_with_forks_and_closed_loop() -> None:
     slab=st.booleans(),
     swap=st.booleans(),
     chunked=st.booleans(),
+    engine=st.sampled_from(ENGINES),
 )
 def test_jumps_equal_stepping_property(
-    seed: int, num: int, capacity: int, block: int, slab: bool, swap: bool, chunked: bool
+    seed: int, num: int, capacity: int, block: int, slab: bool, swap: bool, chunked: bool, engine: str
 ) -> None:
     rng = np.random.default_rng(seed)
     requests = random_requests(rng, num, rate=float(rng.uniform(1, 50)), mean_prompt=30, mean_output=40)
@@ -111,6 +136,7 @@ def test_jumps_equal_stepping_property(
         "preemption_mode": "swap" if swap else "recompute",
         "enable_chunked_prefill": chunked,
     }
+    config = preset_config(engine, config) or preset_config("vllm-v0", config)  # v1 never swaps
     cost = LinearCost(float(rng.uniform(0.005, 0.05)), 1e-5, float(rng.uniform(0, 1e-5)))
     jumped, stepped = both_ways(requests, make_alloc, cost, **config)
     assert_same_requests(jumped.requests, stepped.requests)
@@ -159,3 +185,42 @@ def test_real_cost_model_jumps_equal_stepping_per_engine_and_tp(engine: str, tp:
     assert_same_requests(jumped.requests, stepped.requests)
     assert_same_taxonomy(jumped, stepped)
     assert jumped.totals["turns"] < stepped.totals["turns"]
+
+
+@pytest.mark.parametrize("engine", ["vllm-v0", "vllm-v1"])
+def test_jumps_equal_stepping_with_the_real_paged_allocator_and_prefix_caching(engine: str) -> None:
+    """Both presets' rules with the real allocator: per-chunk allocation (v1), cached decode blocks
+    (content identity), shared prefixes and preemption under a small cache."""
+    from allocators.paged import PagedAllocator
+
+    rng = np.random.default_rng(11)
+    requests = random_requests(rng, 200, rate=40.0, mean_prompt=90, mean_output=80)
+    requests["prefix_group"] = rng.integers(0, 3, len(requests))
+    requests["prefix_tokens"] = np.minimum(40, requests["prompt_tokens"].to_numpy())
+    chunked = engine == "vllm-v1"
+    config = preset_config(
+        engine,
+        {
+            "max_num_seqs": 24,
+            "max_num_batched_tokens": 64 if chunked else 1024,
+            "max_model_len": 1024,
+            "enable_chunked_prefill": chunked,
+            "allocate_per_chunk": chunked,
+            "content_identity": True,
+        },
+    )
+    results = []
+    for multi_step in (True, False):
+        alloc = PagedAllocator("paged", 1600, 16, enable_prefix_caching=True, share_prefixes=True)
+        results.append(
+            run_engine(
+                requests, alloc, LinearCost(0.01, 1e-5, 2e-7), EngineConfig(multi_step=multi_step, **config)
+            )
+        )
+        assert alloc.pool.num_free == alloc.num_blocks  # everything released
+    jumped, stepped = results
+    assert_same_requests(jumped.requests, stepped.requests)
+    assert_same_taxonomy(jumped, stepped)
+    assert jumped.totals["turns"] < stepped.totals["turns"]
+    assert jumped.requests["preemptions"].sum() > 0
+    assert jumped.requests["prefix_hit_tokens"].sum() > 0

@@ -184,7 +184,16 @@ ChunkOpt = Annotated[
 PrefixOpt = Annotated[
     bool | None, typer.Option("--enable-prefix-caching/--no-enable-prefix-caching", help="Prefix caching.")
 ]
-PreemptOpt = Annotated[str | None, typer.Option("--preemption-mode", help="recompute | swap.")]
+PreemptOpt = Annotated[
+    str | None, typer.Option("--preemption-mode", help="recompute | swap | auto (vllm-v0's own choice).")
+]
+EngineOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--engine",
+        help="Engine preset: vllm-v0 (the vLLM paper's, default) or vllm-v1 (today's); docs/engines.md.",
+    ),
+]
 RateOpt = Annotated[float | None, typer.Option("--request-rate", help="Mean arrival rate (req/s).")]
 PromptsOpt = Annotated[int | None, typer.Option("--num-prompts", help="Number of requests.")]
 DurationOpt = Annotated[
@@ -247,6 +256,7 @@ def _overrides(**flags: Any) -> dict[str, Any]:
         "enable_chunked_prefill": flags["enable_chunked_prefill"],
         "enable_prefix_caching": flags["enable_prefix_caching"],
         "preemption_mode": flags["preemption_mode"],
+        "engine": flags["engine"],
         "workload.request_rate": flags["request_rate"],
         "num_prompts": flags["num_prompts"],
         "duration_s": flags["duration"],
@@ -287,6 +297,7 @@ def register(app: typer.Typer) -> None:
         enable_chunked_prefill: ChunkOpt = None,
         enable_prefix_caching: PrefixOpt = None,
         preemption_mode: PreemptOpt = None,
+        engine: EngineOpt = None,
         request_rate: RateOpt = None,
         num_prompts: PromptsOpt = None,
         duration: DurationOpt = None,
@@ -316,7 +327,9 @@ def register(app: typer.Typer) -> None:
         target = write_run(run, target)
         label = run.allocator
         rows = [[name, summary_cell(run.metrics, key, spec)] for name, key, spec in SUMMARY_ROWS]
-        _print_table(f"kvsim run: {scenario.name} ({label}, seed {scenario.seed})", [label], rows)
+        _print_table(
+            f"kvsim run: {scenario.name} ({label}, {scenario.engine}, seed {scenario.seed})", [label], rows
+        )
         typer.echo(f"results written to {target}")
 
     @app.command("compare")
@@ -337,6 +350,7 @@ def register(app: typer.Typer) -> None:
         enable_chunked_prefill: ChunkOpt = None,
         enable_prefix_caching: PrefixOpt = None,
         preemption_mode: PreemptOpt = None,
+        engine: EngineOpt = None,
         request_rate: RateOpt = None,
         num_prompts: PromptsOpt = None,
         duration: DurationOpt = None,
@@ -381,7 +395,9 @@ def register(app: typer.Typer) -> None:
             [name, *(summary_cell(runs[label].metrics, key, spec) for label in labels)]
             for name, key, spec in SUMMARY_ROWS
         ]
-        _print_table(f"kvsim compare: {scenario.name} (seed {scenario.seed})", labels, rows)
+        _print_table(
+            f"kvsim compare: {scenario.name} ({scenario.engine}, seed {scenario.seed})", labels, rows
+        )
         from sim.reports.report import report
 
         report_path = report(written, Path(output))

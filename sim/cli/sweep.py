@@ -104,6 +104,10 @@ def register(app: typer.Typer) -> None:
         ] = None,
         max_num_seqs: Annotated[int | None, typer.Option("--max-num-seqs")] = None,
         block_size: Annotated[int | None, typer.Option("--block-size")] = None,
+        engine: Annotated[
+            str | None,
+            typer.Option("--engine", help="Engine preset: vllm-v0 (default, the paper's) or vllm-v1."),
+        ] = None,
         allocators: Annotated[
             str | None,
             typer.Option(
@@ -192,6 +196,7 @@ def register(app: typer.Typer) -> None:
             "max_model_len": max_model_len,
             "max_num_seqs": max_num_seqs,
             "block_size": block_size,
+            "engine": engine,
         }
         base = base.with_overrides(**{k: v for k, v in overrides.items() if v is not None})
         plan = capacity(

@@ -31,7 +31,16 @@ from sim.core.metrics import FINISH_KV_EXHAUSTED, FINISH_LENGTH, FINISH_STOP, Re
 class WorkItem:
     """A queued unit of work: a fresh request (sample == -1, all n samples) or one resumed sample."""
 
-    __slots__ = ("req", "sample", "emitted", "enqueued_s", "readmission", "swapped", "demand_tokens")
+    __slots__ = (
+        "req",
+        "sample",
+        "emitted",
+        "enqueued_s",
+        "readmission",
+        "swapped",
+        "demand_tokens",
+        "swap_slots",
+    )
 
     def __init__(
         self, req: int, sample: int, emitted: int, enqueued_s: float, readmission: bool, swapped: bool
@@ -43,12 +52,13 @@ class WorkItem:
         self.readmission = readmission
         self.swapped = swapped
         self.demand_tokens = -1  # cached allocator.demand_tokens, -1 = not asked yet
+        self.swap_slots = 0  # CPU swap space it holds while swapped out (token slots, whole blocks)
 
 
 class PrefillGroup:
     """An admitted item still computing its prompt (parent + forked samples share one prefill)."""
 
-    __slots__ = ("item", "seq_ids", "compute_left", "context_tokens", "stamp", "prompt_tokens")
+    __slots__ = ("item", "seq_ids", "compute_left", "context_tokens", "stamp", "prompt_tokens", "per_chunk")
 
     def __init__(
         self, item: WorkItem, seq_ids: list[int], compute_left: int, context_tokens: int, stamp: int
@@ -59,6 +69,7 @@ class PrefillGroup:
         self.context_tokens = context_tokens
         self.stamp = stamp
         self.prompt_tokens = 0
+        self.per_chunk = False  # the allocator holds only what has been scheduled (grown per chunk)
 
 
 # Decode record: a list for cheap field access. Indices:
@@ -74,6 +85,8 @@ class StepPlan:
     prefill_context_tokens: int = 0
     swap_tokens: int = 0  # swapped in this step plus swapped out after the previous step
     first_tokens: int = 0  # samples whose prefill completes in this step (each samples its 1st token)
+    decodes_paused: bool = False  # a prefill-only step (vllm-v0): running decodes sit this step out
+    single_step: bool = False  # admission was held back by a rule, not by memory: no multi-step jump
 
     @property
     def decode_only(self) -> bool:
@@ -83,7 +96,7 @@ class StepPlan:
 class RequestInfo:
     """The request table as Python lists (fast scalar indexing) plus the engine's effective limits."""
 
-    def __init__(self, requests: pd.DataFrame, max_model_len: int) -> None:
+    def __init__(self, requests: pd.DataFrame, max_model_len: int, content_identity: bool = False) -> None:
         num = len(requests)
         self.num_requests = num
         self.prompt_tokens: list[int] = requests["prompt_tokens"].to_numpy(np.int64).tolist()
@@ -112,9 +125,23 @@ class RequestInfo:
         else:
             self.block_hashes = [()] * num
         self.block_hash_tokens = int(requests.attrs.get("block_hash_tokens", 0) or 0)
+        # Content identity of every request's own tokens (SeqSpec.content_key), for prefix caching of
+        # full blocks beyond the named prefix: prompt tails and decode-filled blocks, so a resumed
+        # request hits its own blocks. A session turn's tokens continue its session's stream (its
+        # next turn's prefix is this turn's prompt + output: workloads/sharing.py session_history),
+        # named like the stream's prefix group; any other request's tokens are its own.
+        self.content_keys: list[tuple | None] = [None] * num
+        if content_identity:
+            sessions = (
+                requests["session_id"].to_numpy(np.int64).tolist() if "session_id" in requests else [-1] * num
+            )
+            self.content_keys = [
+                ("g", group) if session >= 0 and group >= 0 else ("r", req)
+                for req, (session, group) in enumerate(zip(sessions, self.prefix_group, strict=True))
+            ]
 
-    def spec(self, req: int, seq_id: int, emitted: int) -> SeqSpec:
-        """The allocator's view of sample `req` having already generated `emitted` tokens.
+    def spec(self, req: int, seq_id: int, emitted: int, sample: int = 0, first_chunk: int = 0) -> SeqSpec:
+        """The allocator's view of sample `sample` of `req` having already generated `emitted` tokens.
 
         A resumed sample (recompute or swap) looks like a new sequence whose prompt includes
         what it generated, with correspondingly fewer tokens to go.
@@ -128,6 +155,10 @@ class RequestInfo:
             prefix_tokens=self.prefix_tokens[req],
             block_hashes=self.block_hashes[req],
             block_hash_tokens=self.block_hash_tokens,
+            content_key=self.content_keys[req],
+            content_prompt_tokens=self.prompt_tokens[req],
+            sample=sample,
+            first_chunk_tokens=first_chunk,
         )
 
 
@@ -146,9 +177,16 @@ class Scheduler:
         enable_chunked_prefill: bool,
         preemption_mode: str,
         on_request_done: Callable[[int, float], None] | None = None,
+        prefill_only_steps: bool = False,
+        admit_after_preemption: bool = True,
+        swap_space_tokens: int | None = None,
+        swap_block_tokens: int = 1,
+        allocate_per_chunk: bool = False,
     ) -> None:
-        if preemption_mode not in ("recompute", "swap"):
-            raise ValueError(f"preemption_mode must be 'recompute' or 'swap' (got {preemption_mode!r})")
+        if preemption_mode not in ("recompute", "swap", "auto"):
+            raise ValueError(
+                f"preemption_mode must be 'recompute', 'swap' or 'auto' (got {preemption_mode!r})"
+            )
         self.info = info
         self.alloc = allocator
         self.log = log
@@ -157,6 +195,23 @@ class Scheduler:
         self.max_model_len = max_model_len
         self.chunked = enable_chunked_prefill
         self.swap_mode = preemption_mode == "swap"
+        self.auto_mode = preemption_mode == "auto"  # vLLM v0's choice (see _swaps)
+        # Engine-preset rules (sim/scenario/engine_presets.py EngineRules, docs/engines.md). Prefill-only
+        # steps are v0's non-chunked scheduler; with chunked prefill v0 mixes too (_schedule_chunked_prefill).
+        self.prefill_only_steps = prefill_only_steps and not enable_chunked_prefill
+        self.admit_after_preemption = admit_after_preemption
+        # vLLM v1 allocates blocks for the chunk it schedules (kv_cache_manager.py allocate_slots with
+        # num_new_tokens), not for the whole prompt at admission; only allocators that support it
+        self.per_chunk = (
+            allocate_per_chunk
+            and enable_chunked_prefill
+            and bool(getattr(allocator, "allocates_per_chunk", False))
+        )
+        self.swap_space_tokens = swap_space_tokens
+        self.swap_block_tokens = max(1, swap_block_tokens)
+        self.swap_used_tokens = 0
+        self.swap_fallbacks = 0  # swap-outs turned into recompute for lack of swap space
+        self._preempted = False  # a preemption since the last schedule (v1 admits nothing then)
         self.on_request_done = on_request_done
         self.capacity_tokens = int(allocator.capacity_tokens)
 
@@ -275,19 +330,48 @@ class Scheduler:
         """Fill this step: swap-ins, running prefill chunks, then FCFS admissions within the limits."""
         if not (self.waiting or self.swapped or self.prefilling or self.pending_swap_out_tokens):
             # Nothing to add (the jump turns between arrivals): a decode-only plan, without the work below.
+            self._preempted = False
             return StepPlan()
         plan = StepPlan()
+        if self.prefill_only_steps and not self.swapped:
+            # vLLM v0 (vllm/core/scheduler.py Scheduler._schedule, v0.1-v0.3): with nothing swapped
+            # out, waiting prompts are scheduled first within the whole budget; if any were, the step
+            # runs only them and the running decodes wait for the next step.
+            self._admit_waiting(plan, self.max_num_batched_tokens, now_s)
+            if plan.chunks:
+                plan.decodes_paused = True
+                plan.swap_tokens += self.pending_swap_out_tokens
+                self.pending_swap_out_tokens = 0
+                self._preempted = False
+                return plan
         if self.swapped:
             self._swap_in(now_s, plan)
         plan.swap_tokens += self.pending_swap_out_tokens
         self.pending_swap_out_tokens = 0
         budget = self.max_num_batched_tokens - len(self.decode)
-        for group in self.prefilling:  # partially prefilled groups (chunked prefill only)
+        for group in list(self.prefilling):  # partially prefilled groups (chunked prefill only)
             if budget <= 0:
                 break
+            if group not in self.prefilling:  # preempted for an older group's chunk
+                continue
             chunk = min(group.compute_left, budget)
+            if group.per_chunk and not self._grow_chunk(group, chunk, now_s):
+                continue
             self._add_chunk(plan, group, chunk)
             budget -= chunk
+        if self.prefill_only_steps:  # admission was tried above: this is a decode step
+            pass
+        elif self._preempted and not self.admit_after_preemption and self.num_seqs > 0:
+            # vLLM v1 (vllm/v1/core/sched/scheduler.py Scheduler.schedule): waiting requests are
+            # scheduled only `if not preempted_reqs`, so a step that preempted admits nobody.
+            plan.single_step = bool(self.waiting)
+        elif not self.swapped:
+            self._admit_waiting(plan, budget, now_s)
+        self._preempted = False
+        return plan
+
+    def _admit_waiting(self, plan: StepPlan, budget: int, now_s: float) -> int:
+        """FCFS admissions from the waiting queue within `budget` tokens; returns the budget left."""
         if not self.swapped:
             while self.waiting:
                 admitted = self._try_admit(self.waiting[0], budget, now_s)
@@ -300,7 +384,7 @@ class Scheduler:
                 chunk = admitted.compute_left if not self.chunked else min(admitted.compute_left, budget)
                 self._add_chunk(plan, admitted, chunk)
                 budget -= chunk
-        return plan
+        return budget
 
     def _add_chunk(self, plan: StepPlan, group: PrefillGroup, chunk: int) -> None:
         plan.chunks.append((group, chunk))
@@ -317,13 +401,17 @@ class Scheduler:
             if self.num_seqs + 1 > self.max_num_seqs:
                 return
             seq_id = self._new_id()
-            if not self.alloc.admit(info.spec(item.req, seq_id, item.emitted)):
+            if not self.alloc.admit(info.spec(item.req, seq_id, item.emitted, item.sample)):
                 self._free_ids.append(seq_id)
                 if self.num_seqs == 0:
-                    self._drop_unfittable(self._dequeue(self.swapped, now_s), now_s)
+                    dropped = self._dequeue(self.swapped, now_s)
+                    self.swap_used_tokens -= dropped.swap_slots
+                    self._drop_unfittable(dropped, now_s)
                     continue
                 return
             self._dequeue(self.swapped, now_s)
+            self.swap_used_tokens -= item.swap_slots
+            item.swap_slots = 0
             self._stamp += 1
             self._start_decode(seq_id, item.req, item.sample, item.emitted, self._stamp)
             plan.swap_tokens += info.prompt_tokens[item.req] + item.emitted - 1
@@ -339,13 +427,14 @@ class Scheduler:
         if budget <= 0 or (not self.chunked and prompt > budget):
             return None
         seq_id = self._new_id()
-        if not alloc.admit(info.spec(req, seq_id, item.emitted)):
+        first_chunk = budget if self.per_chunk and num == 1 else 0
+        if not alloc.admit(info.spec(req, seq_id, item.emitted, max(item.sample, 0), first_chunk)):
             self._free_ids.append(seq_id)
             return None
         seq_ids = [seq_id]
         for _ in range(num - 1):
             child = self._new_id()
-            if not alloc.fork(seq_id, info.spec(req, child, item.emitted)):
+            if not alloc.fork(seq_id, info.spec(req, child, item.emitted, len(seq_ids))):
                 self._free_ids.append(child)
                 for sid in reversed(seq_ids):
                     alloc.release(sid)
@@ -357,6 +446,7 @@ class Scheduler:
         self._stamp += 1
         group = PrefillGroup(item, seq_ids, compute, prompt - compute, self._stamp)
         group.prompt_tokens = prompt
+        group.per_chunk = first_chunk > 0
         self.prefilling.append(group)
         self.num_seqs += num
         log = self.log
@@ -415,6 +505,9 @@ class Scheduler:
 
     def complete(self, iterations: int, plan: StepPlan, now_s: float) -> None:
         """The step (or the last iteration of a jump) ended at `now_s`: emit, finish, grow, preempt."""
+        if plan.decodes_paused:
+            self._complete_prefill_only(plan, now_s)
+            return
         self.it += iterations
         it = self.it
         log = self.log
@@ -444,6 +537,28 @@ class Scheduler:
                 self._complete_prefill(group, now_s)
         self._grow_one(now_s)
 
+    def _complete_prefill_only(self, plan: StepPlan, now_s: float) -> None:
+        """A prefill-only step ended (vllm-v0): prompts done, decodes did not run, so only new ones grow.
+
+        The global iteration counter counts decode iterations, so it stays; the running sequences'
+        offsets are untouched and the newly decoding ones start at the current counter.
+        """
+        log = self.log
+        before = set(self.decode)
+        for group, chunk in plan.chunks:
+            group.compute_left -= chunk
+            group.context_tokens += chunk
+            log.total_prefill_tokens += chunk
+            if group.item.readmission:
+                log.recomputed_tokens[group.item.req] += chunk
+        completed = [group for group, _ in plan.chunks if group.compute_left == 0]
+        self.prefilling = [g for g in self.prefilling if g.compute_left > 0]
+        for group in completed:
+            self._complete_prefill(group, now_s)
+        new_ids = [seq_id for seq_id in self.decode if seq_id not in before]
+        if new_ids:
+            self._grow_one(now_s, np.asarray(new_ids, dtype=np.int64))
+
     def _complete_prefill(self, group: PrefillGroup, now_s: float) -> None:
         item, log = group.item, self.log
         req = item.req
@@ -462,11 +577,12 @@ class Scheduler:
             else:
                 self._start_decode(seq_id, req, sample, emitted, group.stamp)
 
-    def _grow_one(self, now_s: float) -> None:
-        """The post-step grow: one slot for every decoding sequence; failures preempt newest first."""
+    def _grow_one(self, now_s: float, seq_ids: np.ndarray | None = None) -> None:
+        """The post-step grow: one slot for every decoding sequence (or just `seq_ids`); failures
+        preempt newest first."""
         if not self.decode:
             return
-        failed_arr = self.alloc.grow(self.decode_ids(), 1)
+        failed_arr = self.alloc.grow(self.decode_ids() if seq_ids is None else seq_ids, 1)
         if not len(failed_arr):
             return
         failed = set(int(x) for x in failed_arr)
@@ -503,12 +619,65 @@ class Scheduler:
         req = rec[_REQ]
         emitted = rec[_EM_OFF] + self.it
         self.log.preemptions[req] += 1
-        if self.swap_mode:
-            self.pending_swap_out_tokens += self.info.prompt_tokens[req] + emitted - (1 if grow_failed else 0)
-            self.swapped.appendleft(WorkItem(req, rec[_SAMPLE], emitted, now_s, True, True))
-        else:
-            self.waiting.appendleft(WorkItem(req, rec[_SAMPLE], emitted, now_s, True, False))
+        self._preempted = True
+        swap_tokens = self.info.prompt_tokens[req] + emitted - (1 if grow_failed else 0)
+        swap_slots = -(-swap_tokens // self.swap_block_tokens) * self.swap_block_tokens
+        if self._swaps(req) and not self._swap_space_allows(swap_slots):
+            self.swap_fallbacks += 1
+        elif self._swaps(req):
+            self.pending_swap_out_tokens += swap_tokens
+            item = WorkItem(req, rec[_SAMPLE], emitted, now_s, True, True)
+            item.swap_slots = swap_slots
+            self.swap_used_tokens += swap_slots
+            self.swapped.appendleft(item)
+            self._note_queue()
+            return
+        self.waiting.appendleft(WorkItem(req, rec[_SAMPLE], emitted, now_s, True, False))
         self._note_queue()
+
+    def _grow_chunk(self, group: PrefillGroup, chunk: int, now_s: float) -> bool:
+        """Allocate the next chunk of a partly prefilled prompt; preempt newest first when memory is short.
+
+        vLLM v1 (vllm/v1/core/sched/scheduler.py Scheduler.schedule, RUNNING loop): when
+        `allocate_slots` fails, the lowest-priority (newest) running request is preempted and the
+        allocation retried; if that request is this one, it is preempted itself. False then.
+        """
+        seq_id = group.seq_ids[0]
+        ids = np.asarray([seq_id], dtype=np.int64)
+        while len(self.alloc.grow(ids, chunk)):
+            victim_id, victim_group = self._newest_unit()
+            if victim_group is group:
+                self._preempt_group(group, now_s)
+                return False
+            if victim_group is not None:
+                self._preempt_group(victim_group, now_s)
+            elif victim_id >= 0:
+                self._preempt_decode(victim_id, False, now_s)
+            else:  # nothing else to preempt (cannot happen: the prompt fits an empty cache)
+                self._preempt_group(group, now_s)
+                return False
+        return True
+
+    def _swaps(self, req: int) -> bool:
+        """Whether preempting a sample of `req` swaps it out (else it is recomputed later).
+
+        "auto" is vLLM v0's choice when --preemption-mode is unset (vllm/core/scheduler.py
+        Scheduler._preempt): recompute a sequence group with a single running sequence (cheaper,
+        "recomputation incurs lower overhead"), swap groups with several (parallel samples, beams),
+        which recompute cannot restore. kvsim preempts per sample: a sample of a request with more
+        than one unfinished sample swaps.
+        """
+        if self.swap_mode:
+            return True
+        return self.auto_mode and self.log.samples_left[req] > 1
+
+    def _swap_space_allows(self, slots: int) -> bool:
+        """--swap-space as a bound (vLLM v0 BlockSpaceManager.can_swap_out: enough free CPU blocks).
+
+        vLLM v0 aborts the engine when it cannot swap out ("Aborted due to the lack of CPU swap
+        space"); kvsim recomputes the sequence instead and counts it (`swap_fallbacks`).
+        """
+        return self.swap_space_tokens is None or self.swap_used_tokens + slots <= self.swap_space_tokens
 
     def _preempt_group(self, group: PrefillGroup, now_s: float) -> None:
         for seq_id in reversed(group.seq_ids):
@@ -518,6 +687,7 @@ class Scheduler:
         self.prefilling = [g for g in self.prefilling if g is not group]
         item = group.item
         self.log.preemptions[item.req] += 1
+        self._preempted = True
         item.readmission = True
         item.enqueued_s = now_s
         item.demand_tokens = -1

@@ -41,18 +41,12 @@ class StepParts:
 
 
 def explicit_value(scenario: Any, field: str) -> Any:
-    """The field's value if the user set it (in the file, a flag or an override); None otherwise.
+    """The what-if knob's value when the user gave one; None means the fit or the preset decides.
 
-    Why "set": the fitted fractions and the engine's overhead are the defaults; the scenario's own
-    defaults (0.8, 0.5, 2 ms) are the pre-fit constants and must not silently win over the fit.
+    Why None and not a number: the scenario's knobs default to None, so the fitted fractions and the
+    engine's overhead are the defaults, and a scenario written to TOML and read back keeps them.
     """
-    value = getattr(scenario, field, None)
-    if value is None:
-        return None
-    fields_set = getattr(scenario, "model_fields_set", None)
-    if fields_set is not None and field not in fields_set:
-        return None
-    return value
+    return getattr(scenario, field, None)
 
 
 def scenario_engine(scenario: Any, engine: str | None = None) -> str:

@@ -22,6 +22,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 import allocators
 from allocators import AllocatorEntry, SpecWord
 from sim.errors import ScenarioError
+from sim.scenario.engine_presets import (
+    DEFAULT_ENGINE,
+    PRESET_FLAGS,
+    EngineName,
+    default_budgets,
+    default_compare_placement,
+)
 from sim.scenario.presets import (
     GPU_PRESETS,
     MODEL_PRESETS,
@@ -55,7 +62,6 @@ NON_TORCH_RESERVE_BYTES = 512 * 1024**2  # CUDA context, cuBLAS and NCCL workspa
 ACTIVATION_WIDTH_HIDDENS = 10  # live activations per batched token, in units of hidden_size elements
 
 DEFAULT_NUM_PROMPTS = 1000
-DEFAULT_MIN_BATCHED_TOKENS = 8192
 
 
 def _allocator_entry(name: str) -> AllocatorEntry:
@@ -200,12 +206,16 @@ class Scenario(BaseModel):
     activation_reserve: int | None = Field(default=None, ge=0)  # bytes per GPU; None: estimated
     max_model_len: int | None = Field(default=None, ge=1)  # None: the model's max context
     allow_long_max_model_len: bool = False
-    max_num_seqs: int = Field(default=256, ge=1)
-    max_num_batched_tokens: int | None = Field(default=None, ge=1)  # None: max(max_model_len, 8192, seqs)
-    enable_chunked_prefill: bool = False
-    preemption_mode: Literal["recompute", "swap"] = "recompute"
+    # Which vLLM engine is modelled (sim/scenario/engine_presets.py, docs/engines.md): its rules, and the
+    # defaults of the fields below that the user did not set.
+    engine: EngineName = DEFAULT_ENGINE
+    max_num_seqs: int = Field(default=256, ge=1)  # unset: the engine preset's default
+    max_num_batched_tokens: int | None = Field(default=None, ge=1)  # None: the engine preset's default
+    enable_chunked_prefill: bool = False  # unset: the engine preset's default
+    # "auto": vLLM v0's own choice when --preemption-mode is unset (swap groups of > 1 sequence)
+    preemption_mode: Literal["recompute", "swap", "auto"] = "recompute"  # unset: the preset's default
     swap_space: int = Field(default=4 * 1024**3, ge=0)  # CPU swap bytes per GPU (vLLM: --swap-space 4)
-    enable_prefix_caching: bool = False
+    enable_prefix_caching: bool = False  # unset: the engine preset's default
     block_size: int = Field(default=16, ge=1)
     allocator: AllocatorSpec = Field(default_factory=AllocatorSpec)
     workload: WorkloadSpec = Field(default_factory=WorkloadSpec)
@@ -215,9 +225,12 @@ class Scenario(BaseModel):
     calibration: str | None = None  # calibration profile JSON from gpu/
     export_layouts_every: int | None = Field(default=None, ge=1)  # steps
     # Cost model knobs (docs/cost_model.md "Cost model").
-    step_overhead_s: float = Field(default=0.002, ge=0)
-    hbm_efficiency: float = Field(default=0.8, gt=0, le=1)
-    flops_efficiency: float = Field(default=0.5, gt=0, le=1)
+    # What-if knobs of the cost model; None (the default) means the engine preset's overhead and the
+    # GPU's fitted fractions (sim/cost/parts.py), so a scenario written to TOML and read back still
+    # uses the fit.
+    step_overhead_s: float | None = Field(default=None, ge=0)
+    hbm_efficiency: float | None = Field(default=None, gt=0, le=1)
+    flops_efficiency: float | None = Field(default=None, gt=0, le=1)
     kv_layout_factor: float | None = Field(default=None, gt=0)  # None: from block size / profile
     constant_step_s: float | None = Field(default=None, gt=0)  # every step takes this long (tests, what-ifs)
 
@@ -306,12 +319,7 @@ class Scenario(BaseModel):
                 f"field 'max_model_len': must be <= {model.max_context_tokens}, {model.name}'s max context "
                 f"(got {self.max_model_len}); set allow_long_max_model_len = true to override"
             )
-        if self.max_num_batched_tokens is None:
-            object.__setattr__(
-                self,
-                "max_num_batched_tokens",
-                max(self.max_model_len, DEFAULT_MIN_BATCHED_TOKENS, self.max_num_seqs),
-            )
+        self._apply_engine_preset(gpu)
         if not self.enable_chunked_prefill and self.max_num_batched_tokens < self.max_model_len:
             raise ValueError(
                 f"field 'max_num_batched_tokens': must be >= max_model_len={self.max_model_len} "
@@ -327,6 +335,33 @@ class Scenario(BaseModel):
             object.__setattr__(self, "num_prompts", DEFAULT_NUM_PROMPTS)
         self._check_memory(model, gpu)
         return self
+
+    def _apply_engine_preset(self, gpu: GpuSpec) -> None:
+        """Fill the fields the user did not set from the engine preset; refuse what the engine cannot do.
+
+        Why `model_fields_set`: a preset sets defaults, and explicit flags override them. Values filled
+        here are not marked as set, so `with_overrides(engine=...)` re-derives them for the new engine.
+        """
+        given = self.model_fields_set
+        for name, value in PRESET_FLAGS[self.engine].items():
+            if name not in given:
+                object.__setattr__(self, name, value)
+        if self.engine == "vllm-v1" and self.preemption_mode != "recompute":
+            raise ValueError(
+                f"field 'preemption_mode': vllm-v1 only recomputes (vllm/v1/core/sched/scheduler.py "
+                f'_preempt_request) (got {self.preemption_mode!r}); use engine = "vllm-v0" to swap'
+            )
+        tokens, seqs = default_budgets(
+            self.engine,
+            max_model_len=self.max_model_len,
+            chunked=self.enable_chunked_prefill,
+            gpu_name=gpu.name,
+            gpu_memory_bytes=gpu.memory_bytes,
+        )
+        if "max_num_seqs" not in given:
+            object.__setattr__(self, "max_num_seqs", seqs)
+        if self.max_num_batched_tokens is None:
+            object.__setattr__(self, "max_num_batched_tokens", max(tokens, self.max_num_seqs))
 
     def _check_memory(self, model: ModelSpec, gpu: GpuSpec) -> None:
         tp = self.tensor_parallel_size
@@ -420,8 +455,15 @@ class Scenario(BaseModel):
         return self.swap_space // self.kv_bytes_per_token_per_gpu()
 
     def max_concurrency(self, tokens_per_request: int | None = None) -> float:
-        """vLLM's 'Maximum concurrency for N tokens per request: X x' (N defaults to max_model_len)."""
-        return self.kv_capacity_tokens() / (tokens_per_request or self.max_model_len)
+        """vLLM's 'Maximum concurrency for N tokens per request: X x' (N defaults to max_model_len).
+
+        As vLLM computes it (vllm/v1/core/kv_cache_utils.py `get_max_concurrency_for_kv_cache_config`):
+        whole blocks of the cache divided by the blocks one request needs, its tokens rounded up to
+        whole blocks (`cdiv(max_model_len, block_size)`).
+        """
+        tokens = tokens_per_request or self.max_model_len
+        blocks_per_request = -(-tokens // self.block_size)
+        return (self.kv_capacity_tokens() // self.block_size) / blocks_per_request
 
     # -- what other packages are called with --------------------------------------------------------------
 
@@ -441,6 +483,17 @@ class Scenario(BaseModel):
         entry = self.allocator.entry()
         params: dict[str, Any] = {"capacity_tokens": self.kv_capacity_tokens(), **self.allocator.params}
         params.update({key: value for key, value in supplied.items() if key in entry.scenario_params})
+        # Defaults that depend on the engine preset, where the user gave none: the paper's Orca baselines
+        # place slabs with the buddy allocator (v0, §6.1); vLLM shares blocks across requests only
+        # through its prefix cache (v1 kv_cache_manager `get_computed_blocks` returns nothing with
+        # caching off), so sharing without caching only when asked for (allocator.params.share_prefixes).
+        defaults: dict[str, Any] = {"share_prefixes": self.enable_prefix_caching}
+        placement = default_compare_placement(self.engine)
+        if placement is not None:
+            defaults["placement"] = placement
+        for key, value in defaults.items():
+            if key in entry.scenario_defaults and key not in params:
+                params[key] = value
         return entry.complete(params)
 
     def make_allocator(self) -> Any:
