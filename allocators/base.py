@@ -159,6 +159,9 @@ class Allocator(Protocol):
 
     name: str
     capacity_tokens: int
+    # Whether `admit` may hold only the first chunk of the prompt and `grow` the rest chunk by chunk
+    # (vLLM v1's per-chunk allocation under chunked prefill); slabs reserve everything at admission.
+    allocates_per_chunk: bool
 
     def demand_tokens(self, seq: SeqSpec) -> int:
         """Slots this policy needs free, in one piece where the policy needs one, to admit `seq`."""
@@ -239,6 +242,7 @@ class AllocatorBase:
 
     name: str
     capacity_tokens: int
+    allocates_per_chunk: bool = False  # admit holds the whole prompt (and a slab its whole reservation)
 
     def rejection_reason(self, seq: SeqSpec) -> str:
         """No reason of its own: the engine says the demand exceeds the cache."""

@@ -205,7 +205,7 @@ class Scheduler:
         self.per_chunk = (
             allocate_per_chunk
             and enable_chunked_prefill
-            and bool(getattr(allocator, "allocates_per_chunk", False))
+            and allocator.allocates_per_chunk
         )
         self.swap_space_tokens = swap_space_tokens
         self.swap_block_tokens = max(1, swap_block_tokens)
