@@ -61,6 +61,10 @@ NON_TORCH_RESERVE_BYTES = 512 * 1024**2  # CUDA context, cuBLAS and NCCL workspa
 ACTIVATION_WIDTH_HIDDENS = 10  # live activations per batched token, in units of hidden_size elements
 
 DEFAULT_NUM_PROMPTS = 1000
+
+# vLLM's --kv-cache-dtype values and their bytes per element (None: the model's dtype). fp8 means
+# fp8_e4m3 on CUDA (vllm/config/cache.py CacheDType; vllm/utils STR_DTYPE_TO_TORCH_DTYPE).
+KV_CACHE_DTYPE_BYTES: dict[str, int | None] = {"auto": None, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1}
 DEFAULT_MIN_BATCHED_TOKENS = 8192
 
 
@@ -204,6 +208,7 @@ class Scenario(BaseModel):
     swap_space: int = Field(default=4 * 1024**3, ge=0)  # CPU swap bytes per GPU (vLLM: --swap-space 4)
     enable_prefix_caching: bool = False
     block_size: int = Field(default=16, ge=1)
+    kv_cache_dtype: Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2"] = "auto"  # vLLM's --kv-cache-dtype
     allocator: AllocatorSpec = Field(default_factory=AllocatorSpec)
     workload: WorkloadSpec = Field(default_factory=WorkloadSpec)
     seed: int = Field(default=0, ge=0)
@@ -239,6 +244,10 @@ class Scenario(BaseModel):
     @classmethod
     def _model_preset_or_spec(cls, value: Any) -> Any:
         if isinstance(value, str):
+            from sim.hf_config import looks_like_config_path, model_spec_from_file
+
+            if looks_like_config_path(value):
+                return model_spec_from_file(value)
             return canonical_model_name(value)
         return value
 
@@ -391,13 +400,27 @@ class Scenario(BaseModel):
         """KV heads each tensor-parallel rank holds (replicated when tp exceeds the KV heads, as in vLLM)."""
         return max(1, self.model_spec().num_kv_heads // self.tensor_parallel_size)
 
+    def kv_dtype_bytes(self) -> int:
+        """Bytes per KV element: the model's dtype for kv_cache_dtype "auto", 1 for the fp8 variants."""
+        fixed = KV_CACHE_DTYPE_BYTES[self.kv_cache_dtype]
+        return self.model_spec().dtype_bytes if fixed is None else fixed
+
     def kv_bytes_per_token_per_layer_per_gpu(self) -> int:
-        """Bytes of one layer's K (or V) tensor for one token on one GPU: the virtual allocator's unit."""
+        """Bytes of one layer's K (or V) tensor for one token on one GPU: the virtual allocator's unit.
+
+        MLA caches one latent per layer, (kv_lora_rank + qk_rope_head_dim) wide, and tensor
+        parallelism does not split it: vLLM treats an MLA model as having one KV head
+        (ModelConfig.get_total_num_kv_heads returns 1 when use_mla, get_head_size returns
+        kv_lora_rank + qk_rope_head_dim), so every rank holds the whole latent (docs/cost_model.md).
+        """
         model = self.model_spec()
-        return self.kv_heads_per_gpu() * model.head_dim * model.dtype_bytes
+        if model.is_mla:
+            return model.kv_bytes_per_token_per_layer(self.kv_dtype_bytes())
+        return self.kv_heads_per_gpu() * model.head_dim * self.kv_dtype_bytes()
 
     def kv_bytes_per_token_per_gpu(self) -> int:
-        return 2 * self.model_spec().num_layers * self.kv_bytes_per_token_per_layer_per_gpu()
+        model = self.model_spec()
+        return model.kv_tensors_per_layer * model.num_layers * self.kv_bytes_per_token_per_layer_per_gpu()
 
     def kv_bytes_per_token(self) -> int:
         """Bytes one token's KV costs over the whole TP group (OPT-13B: 819,200 = 800 KiB)."""

@@ -207,7 +207,7 @@ class CostModel:
             weight_bytes=scenario.weight_bytes_per_gpu(),
             kv_bytes_per_token=scenario.kv_bytes_per_token_per_gpu(),
             num_layers=model.num_layers,
-            flops_per_token=2.0 * model.num_params / tp,
+            flops_per_token=2.0 * model.compute_params / tp,  # MoE: active experts only
             attention_flops_per_pair=4.0 * model.num_layers * model.num_attention_heads * model.head_dim / tp,
             hbm_bytes_per_s=gpu.hbm_bandwidth_bytes_per_s * scenario.hbm_efficiency,
             flops_per_s=gpu.peak_flops * scenario.flops_efficiency,
