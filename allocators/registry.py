@@ -12,9 +12,11 @@ from typing import Any
 
 from allocators.base import Allocator, AllocatorConfigError
 from allocators.contiguous import RESERVATION_POLICIES, SlabAllocator, reserve_max_model_len
+from allocators.hybrid import HybridPagedAllocator
 from allocators.paged import PagedAllocator
 from allocators.placement import available_placements, make_placement
 from allocators.virtual import VirtualAllocator
+from allocators.windowed import LayerPlan, UniformWindowAccounting, WindowedSlabAllocator, layer_plan
 
 DEFAULT_PAGE_BYTES = 2 * 1024 * 1024  # vAttention maps 2 MiB pages by default
 
@@ -53,26 +55,63 @@ def _required(allocator: str, field: str, value: Any, meaning: str) -> Any:
     return value
 
 
+def _window_plan(name: str, num_layers: Any, num_window_layers: Any, window_tokens: Any) -> LayerPlan | None:
+    """The sliding-window layout when the model has window layers (allocators/windowed.py), else None."""
+    if num_window_layers is None or num_window_layers == 0:
+        return None
+    layers = _int_param(name, "num_layers", _required(name, "num_layers", num_layers, "layers of the model"))
+    windowed = _int_param(name, "num_window_layers", num_window_layers)
+    window = _int_param(
+        name, "window_tokens", _required(name, "window_tokens", window_tokens, "the sliding window")
+    )
+    if windowed > layers:
+        raise AllocatorConfigError(f"{name}: num_window_layers must be <= num_layers ({layers}), got {windowed}")
+    return layer_plan(layers, windowed, window)
+
+
 def _make_contiguous(
-    capacity_tokens: int, max_model_len: Any = _MISSING, placement: Any = "first_fit"
+    capacity_tokens: int,
+    max_model_len: Any = _MISSING,
+    placement: Any = "first_fit",
+    num_layers: Any = None,
+    num_window_layers: Any = None,
+    window_tokens: Any = None,
 ) -> Allocator:
     name = "contiguous"
     max_len = _int_param(
         name, "max_model_len", _required(name, "max_model_len", max_model_len, "slots per slab")
     )
     where = _choice_param(name, "placement", placement, available_placements())
+    plan = _window_plan(name, num_layers, num_window_layers, window_tokens)
+    if plan is not None:
+        slots = capacity_tokens * plan.num_layers
+        return WindowedSlabAllocator(
+            name, slots, make_placement(where, slots), reserve_max_model_len(max_len), max_len, plan
+        )
     return SlabAllocator(
         name, capacity_tokens, make_placement(where, capacity_tokens), reserve_max_model_len(max_len), max_len
     )
 
 
 def _make_request_limit(
-    capacity_tokens: int, max_model_len: Any = None, placement: Any = "first_fit", reservation: Any = "limit"
+    capacity_tokens: int,
+    max_model_len: Any = None,
+    placement: Any = "first_fit",
+    reservation: Any = "limit",
+    num_layers: Any = None,
+    num_window_layers: Any = None,
+    window_tokens: Any = None,
 ) -> Allocator:
     name = "request_limit"
     max_len = None if max_model_len is None else _int_param(name, "max_model_len", max_model_len)
     where = _choice_param(name, "placement", placement, available_placements())
     policy = _choice_param(name, "reservation", reservation, sorted(RESERVATION_POLICIES))
+    plan = _window_plan(name, num_layers, num_window_layers, window_tokens)
+    if plan is not None:
+        slots = capacity_tokens * plan.num_layers
+        return WindowedSlabAllocator(
+            name, slots, make_placement(where, slots), RESERVATION_POLICIES[policy](max_len), max_len, plan
+        )
     return SlabAllocator(
         name,
         capacity_tokens,
@@ -88,6 +127,9 @@ def _make_paged(
     enable_prefix_caching: Any = False,
     share_prefixes: Any = True,
     max_model_len: Any = None,
+    num_layers: Any = None,
+    num_window_layers: Any = None,
+    window_tokens: Any = None,
 ) -> Allocator:
     name = "paged"
     size = _int_param(name, "block_size", block_size)
@@ -100,7 +142,7 @@ def _make_paged(
     if caching and not sharing:
         raise AllocatorConfigError("paged: enable_prefix_caching=true needs share_prefixes=true")
     max_len = None if max_model_len is None else _int_param(name, "max_model_len", max_model_len)
-    return PagedAllocator(
+    paged = PagedAllocator(
         name,
         capacity_tokens,
         size,
@@ -108,6 +150,34 @@ def _make_paged(
         share_prefixes=sharing,
         max_model_len=max_len,
     )
+    plan = _window_plan(name, num_layers, num_window_layers, window_tokens)
+    return paged if plan is None else UniformWindowAccounting(paged, plan)
+
+
+def _make_hybrid(
+    capacity_tokens: int,
+    block_size: Any = 16,
+    max_model_len: Any = None,
+    num_layers: Any = _MISSING,
+    num_window_layers: Any = _MISSING,
+    window_tokens: Any = _MISSING,
+    enable_prefix_caching: Any = False,
+) -> Allocator:
+    """vLLM v1's hybrid KV-cache manager (allocators/hybrid.py); needs a model with window layers."""
+    name = "hybrid"
+    size = _int_param(name, "block_size", block_size)
+    if _bool_param(name, "enable_prefix_caching", enable_prefix_caching):
+        raise AllocatorConfigError(
+            "hybrid: prefix caching under sliding windows is not modelled yet; use paged for prefix caching"
+        )
+    _required(name, "num_window_layers", num_window_layers, "layers with a sliding window")
+    plan = _window_plan(name, num_layers, num_window_layers, window_tokens)
+    if plan is None:
+        raise AllocatorConfigError(
+            "hybrid: the model has no sliding-window layers (num_window_layers 0); use paged"
+        )
+    max_len = None if max_model_len is None else _int_param(name, "max_model_len", max_model_len)
+    return HybridPagedAllocator(capacity_tokens, size, plan, max_model_len=max_len)
 
 
 def _make_virtual(
@@ -116,6 +186,8 @@ def _make_virtual(
     page_bytes: Any = DEFAULT_PAGE_BYTES,
     bytes_per_token_per_layer: Any = _MISSING,
     num_layers: Any = None,
+    num_window_layers: Any = None,
+    window_tokens: Any = None,
 ) -> Allocator:
     name = "virtual"
     max_len = _int_param(
@@ -142,7 +214,9 @@ def _make_virtual(
             f"more than capacity_tokens ({capacity_tokens})"
         )
     layers = None if num_layers is None else _int_param(name, "num_layers", num_layers)
-    return VirtualAllocator(capacity_tokens, max_len, page, per_token, layers)
+    virtual = VirtualAllocator(capacity_tokens, max_len, page, per_token, layers)
+    plan = _window_plan(name, num_layers, num_window_layers, window_tokens)
+    return virtual if plan is None else UniformWindowAccounting(virtual, plan)
 
 
 _FACTORIES: dict[str, Callable[..., Allocator]] = {
@@ -150,13 +224,19 @@ _FACTORIES: dict[str, Callable[..., Allocator]] = {
     "request_limit": _make_request_limit,
     "paged": _make_paged,
     "virtual": _make_virtual,
+    "hybrid": _make_hybrid,
 }
 
+_WINDOW_PARAMS = frozenset({"num_layers", "num_window_layers", "window_tokens"})
+
 _PARAMS: dict[str, frozenset[str]] = {
-    "contiguous": frozenset({"max_model_len", "placement"}),
-    "request_limit": frozenset({"max_model_len", "placement", "reservation"}),
-    "paged": frozenset({"block_size", "enable_prefix_caching", "share_prefixes", "max_model_len"}),
-    "virtual": frozenset({"max_model_len", "page_bytes", "bytes_per_token_per_layer", "num_layers"}),
+    "contiguous": frozenset({"max_model_len", "placement"}) | _WINDOW_PARAMS,
+    "request_limit": frozenset({"max_model_len", "placement", "reservation"}) | _WINDOW_PARAMS,
+    "paged": frozenset({"block_size", "enable_prefix_caching", "share_prefixes", "max_model_len"})
+    | _WINDOW_PARAMS,
+    "virtual": frozenset({"max_model_len", "page_bytes", "bytes_per_token_per_layer", "num_layers"})
+    | _WINDOW_PARAMS,
+    "hybrid": frozenset({"block_size", "max_model_len", "enable_prefix_caching"}) | _WINDOW_PARAMS,
 }
 
 

@@ -49,6 +49,8 @@ SCENARIO_OWNED_PARAMS: dict[str, str] = {
     "enable_prefix_caching": "enable_prefix_caching",
     "bytes_per_token_per_layer": "model",
     "num_layers": "model",
+    "num_window_layers": "model",
+    "window_tokens": "model",
 }
 
 # vAttention maps physical memory in pages; 2 MiB is CUDA's native VMM granularity. The page size is
@@ -503,6 +505,17 @@ class Scenario(BaseModel):
             params["num_layers"] = self.model_spec().num_layers
             params["bytes_per_token_per_layer"] = per_layer
             params["page_bytes"] = self.virtual_page_tokens() * per_layer
+        elif name == "hybrid":
+            params["max_model_len"] = self.max_model_len
+            params["block_size"] = self.block_size
+            params["enable_prefix_caching"] = self.enable_prefix_caching
+        model = self.model_spec()
+        if model.num_window_layers:  # every family sees the window layout (allocators/windowed.py)
+            params["num_layers"] = model.num_layers
+            params["num_window_layers"] = model.num_window_layers
+            params["window_tokens"] = model.sliding_window_tokens
+        elif name == "hybrid":
+            params["num_window_layers"] = 0
         return params
 
     def make_allocator(self) -> Any:

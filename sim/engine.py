@@ -379,6 +379,7 @@ class Engine:
                         first.cached,
                         iterations,
                         n_dec * iterations + plan.first_tokens,
+                        first.out_of_window,
                     ),
                 )
             else:

@@ -38,6 +38,7 @@ PART_COLORS: dict[str, str] = {
     "internal": "#E69F00",  # orange: reserved, never filled
     "external": "#D55E00",  # vermillion: free but the wrong shape
     "duplicated": "#CC79A7",  # purple: second copies of shared prefixes
+    "out_of_window": "#0072B2",  # blue: tokens slid out of a sliding window, still held
     "free": "#D9D9D9",  # light grey: usable free memory
 }
 # Hatches keep the parts apart when the page is printed in grey.
@@ -47,6 +48,7 @@ PART_HATCHES: dict[str, str] = {
     "internal": "//",
     "external": "xx",
     "duplicated": "\\\\",
+    "out_of_window": "--",
     "free": "",
 }
 PART_LABELS: dict[str, str] = {
@@ -55,6 +57,7 @@ PART_LABELS: dict[str, str] = {
     "internal": "internal frag.",
     "external": "external frag.",
     "duplicated": "duplicated",
+    "out_of_window": "out of window",
     "free": "free",
 }
 # Allocators get their own cycle (never a taxonomy colour), in the order the runs are given.

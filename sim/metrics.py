@@ -65,6 +65,8 @@ STEP_COLUMNS: tuple[str, ...] = (
     "iterations",
     # Extension: tokens sampled in the row's iterations (decode tokens + first tokens of prefills).
     "generated_tokens",
+    # Extension (issue 14): slots held for tokens outside the sliding window.
+    "out_of_window",
 )
 
 FINISH_STOP = "stop"  # reached its true output length
@@ -252,8 +254,9 @@ class TimeIntegrals:
         acc[2] += parts.internal * duration_s
         acc[3] += parts.external * duration_s
         acc[4] += parts.duplicated * duration_s
-        acc[5] += parts.free * duration_s
-        acc[6] += parts.cached * duration_s
+        acc[5] += parts.out_of_window * duration_s
+        acc[6] += parts.free * duration_s
+        acc[7] += parts.cached * duration_s
 
     def add_linear(
         self,

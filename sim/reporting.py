@@ -48,6 +48,7 @@ TABLE_COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("kv_internal_pct", "internal %", "pct"),
     ("kv_external_pct", "external %", "pct"),
     ("kv_duplicated_pct", "duplicated %", "pct"),
+    ("kv_out_of_window_pct", "out of window %", "pct"),
     ("kv_free_pct", "free %", "pct"),
     ("mean_concurrency", "mean conc.", "float2"),
     ("max_concurrency", "max conc.", "count"),
@@ -266,7 +267,7 @@ def summary_rows(labels: Sequence[str], runs: Sequence[LoadedRun]) -> list[tuple
     rows = []
     for label, run in zip(labels, runs, strict=True):
         metrics = run.summary["metrics"]
-        cells = [(metrics[key], format_value(metrics[key], kind)) for key, _, kind in TABLE_COLUMNS]
+        cells = [(metrics.get(key, math.nan), format_value(metrics.get(key, math.nan), kind)) for key, _, kind in TABLE_COLUMNS]
         rows.append((label, cells))
     return rows
 
@@ -345,7 +346,7 @@ def render_figures(labels: Sequence[str], runs: Sequence[LoadedRun]) -> dict[str
     """Every figure the runs support, as PNG bytes keyed like FIGURE_FILES (figure 5 only for sweeps)."""
     by_label = dict(zip(labels, runs, strict=True))
     part_pct = {
-        label: {part: float(run.summary["metrics"][f"kv_{part}_pct"]) for part in BREAKDOWN_PARTS}
+        label: {part: float(run.summary["metrics"].get(f"kv_{part}_pct", 0.0)) for part in BREAKDOWN_PARTS}
         for label, run in by_label.items()
     }
     pngs = {

@@ -32,6 +32,7 @@ SUMMARY_ROWS: tuple[tuple[str, str, str], ...] = (
     ("KV internal frag. (%)", "kv_internal_pct", ".1f"),
     ("KV external frag. (%)", "kv_external_pct", ".1f"),
     ("KV duplicated (%)", "kv_duplicated_pct", ".1f"),
+    ("KV out of window (%)", "kv_out_of_window_pct", ".1f"),
     ("KV free (%)", "kv_free_pct", ".1f"),
     ("waste (% of allocated)", "waste_pct", ".1f"),
     ("mean / max concurrency (seqs)", "_concurrency", ""),
