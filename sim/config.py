@@ -28,6 +28,7 @@ from sim.presets import (
     canonical_gpu_name,
     canonical_model_name,
     gpu_preset,
+    kv_layer_bytes_per_gpu,
     model_preset,
 )
 from sim.units import format_bytes, parse_bytes, parse_duration_s
@@ -415,10 +416,7 @@ class Scenario(BaseModel):
         (ModelConfig.get_total_num_kv_heads returns 1 when use_mla, get_head_size returns
         kv_lora_rank + qk_rope_head_dim), so every rank holds the whole latent (docs/cost_model.md).
         """
-        model = self.model_spec()
-        if model.is_mla:
-            return model.kv_bytes_per_token_per_layer(self.kv_dtype_bytes())
-        return self.kv_heads_per_gpu() * model.head_dim * self.kv_dtype_bytes()
+        return kv_layer_bytes_per_gpu(self.model_spec(), self.kv_dtype_bytes(), self.tensor_parallel_size)
 
     def kv_bytes_per_token_per_gpu(self) -> int:
         model = self.model_spec()

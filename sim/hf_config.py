@@ -188,6 +188,8 @@ def spec_from_config(data: dict[str, Any], name: str = "custom", where: str = "c
     if heads % kv_heads != 0:
         raise f.fail("num_key_value_heads", f"must divide num_attention_heads={heads} (got {kv_heads})")
     head_dim = f.int("head_dim", default=None) or hidden // heads
+    if f.int("kv_lora_rank", default=0, minimum=0):  # MLA: a query head is nope + rope wide
+        head_dim = f.int("qk_nope_head_dim") + f.int("qk_rope_head_dim")
     dtype = data.get("torch_dtype", data.get("dtype", "bfloat16"))
     if dtype not in _DTYPE_BYTES:
         raise f.fail("torch_dtype", f"unknown dtype {dtype!r} (known: {', '.join(_DTYPE_BYTES)})")

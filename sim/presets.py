@@ -279,6 +279,27 @@ def gpu_preset(name: str) -> GpuSpec:
     return GPU_PRESETS[canonical_gpu_name(name)]
 
 
+def kv_layer_bytes_per_gpu(model: ModelSpec, kv_dtype_bytes: int, tensor_parallel_size: int) -> int:
+    """One layer's K (or V, or MLA latent) bytes for one token on one GPU.
+
+    GQA/MHA: KV heads are split over the TP ranks (replicated when TP exceeds them, as in vLLM).
+    MLA: the latent is not split: vLLM's ModelConfig.get_total_num_kv_heads returns 1 for MLA and
+    get_head_size returns kv_lora_rank + qk_rope_head_dim, so every rank holds the whole latent.
+    """
+    if model.is_mla:
+        return model.kv_bytes_per_token_per_layer(kv_dtype_bytes)
+    kv_heads = max(1, model.num_kv_heads // tensor_parallel_size)
+    return kv_heads * model.head_dim * kv_dtype_bytes
+
+
+def kv_bytes_per_token_group(model: ModelSpec, kv_dtype_bytes: int, tensor_parallel_size: int) -> int:
+    """Every layer's KV for one token over the whole TP group (window layers at their full size)."""
+    per_gpu = model.kv_tensors_per_layer * model.num_layers * kv_layer_bytes_per_gpu(
+        model, kv_dtype_bytes, tensor_parallel_size
+    )
+    return per_gpu * tensor_parallel_size
+
+
 def model_rows() -> list[dict[str, object]]:
     """One row per model preset, with the derived KV bytes per token (for `kvsim presets`)."""
     return [
