@@ -90,24 +90,32 @@ class HybridPagedAllocator:
         """First logical block a window group must hold at these lengths (skipped tokens // block)."""
         return self.plan.skipped_tokens(lengths) // self.block_size
 
-    def _growth_blocks(self, seq_ids: np.ndarray, new_lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(blocks to allocate, blocks to free) per sequence for growing to `new_lengths`."""
-        old_blocks = self.num_seq_blocks[seq_ids]
-        new_blocks = ceil_div(new_lengths, self.block_size)
-        old_first = self.first_window_block[seq_ids]
-        new_first = np.maximum(old_first, self._first_needed(new_lengths))
-        window_new = new_blocks - np.maximum(old_blocks, new_first)
-        allocate = self.num_full_groups * (new_blocks - old_blocks) + self.num_window_groups * np.maximum(
-            0, window_new
-        )
-        free = self.num_window_groups * (np.minimum(new_first, old_blocks) - old_first)
-        return allocate, free
+    def _usage_blocks(self, seq_ids: np.ndarray, steps: np.ndarray) -> np.ndarray:
+        """Blocks each sequence holds after growing by each of `steps` tokens (rows: seqs, columns: steps).
 
-    def _block_tokens_limit(self, seq_ids: np.ndarray) -> np.ndarray:
-        cap = np.full(seq_ids.size, np.iinfo(np.int64).max, dtype=np.int64)
-        if self.max_model_len is not None:
-            cap[:] = self.max_model_len
-        return cap
+        Stepwise, as the engine's iterations run: window blocks whose tokens slid out are freed before
+        the new token's block is taken, so the count after a step is also the step's peak.
+        """
+        lengths = self.lengths_tokens[seq_ids][:, None] + steps[None, :]
+        blocks = ceil_div(lengths, self.block_size)
+        first = np.maximum(self.first_window_block[seq_ids][:, None], self._first_needed(lengths))
+        return self.num_full_groups * blocks + self.num_window_groups * (blocks - first)
+
+    def _held_now(self, seq_ids: np.ndarray) -> np.ndarray:
+        """Blocks each sequence holds now (window groups may still hold skipped prompt blocks)."""
+        blocks = self.num_seq_blocks[seq_ids]
+        return self.num_full_groups * blocks + self.num_window_groups * (blocks - self.first_window_block[seq_ids])
+
+    def _peak_and_net(self, seq_ids: np.ndarray, num_tokens: int) -> tuple[np.ndarray, np.ndarray]:
+        """Per sequence: the most extra blocks it holds during `num_tokens` steps, and the change at the end."""
+        now = self._held_now(seq_ids)
+        after = self._usage_blocks(seq_ids, np.arange(1, num_tokens + 1, dtype=np.int64)) - now[:, None]
+        return np.maximum(0, after.max(axis=1)), after[:, -1]
+
+    def _too_long(self, seq_ids: np.ndarray, num_tokens: int) -> np.ndarray:
+        if self.max_model_len is None:
+            return np.zeros(seq_ids.size, dtype=bool)
+        return self.lengths_tokens[seq_ids] + num_tokens > self.max_model_len
 
     # ---- protocol ------------------------------------------------------------------------
     def demand_tokens(self, seq: SeqSpec) -> int:
@@ -149,21 +157,28 @@ class HybridPagedAllocator:
         return self._start(seq, seq.prompt_tokens)
 
     def grow(self, seq_ids: np.ndarray, num_tokens: int = 1) -> np.ndarray:
-        """Grow each sequence: free its skipped window blocks first, then take its new blocks."""
+        """Grow each sequence in turn by `num_tokens` steps; it fails (unchanged) if its peak does not fit.
+
+        Growing k tokens at once is the k steps of one sequence after another: a sequence succeeds when
+        the most blocks it holds on the way fit in the free pool left by the sequences before it.
+        """
         seq_ids = np.asarray(seq_ids, dtype=np.int64)
         if num_tokens <= 0 or seq_ids.size == 0:
             return np.zeros(0, dtype=np.int64)
         new_lengths = self.lengths_tokens[seq_ids] + num_tokens
-        allocate, free = self._growth_blocks(seq_ids, new_lengths)
-        too_long = new_lengths > self._block_tokens_limit(seq_ids)
-        busy = np.flatnonzero((allocate > 0) | (free > 0) | too_long)
-        quiet = np.ones(seq_ids.size, dtype=bool)
-        quiet[busy] = False
+        peak, net = self._peak_and_net(seq_ids, num_tokens)
+        too_long = self._too_long(seq_ids, num_tokens)
+        old_blocks = self.num_seq_blocks[seq_ids]
+        new_first = np.maximum(self.first_window_block[seq_ids], self._first_needed(new_lengths))
+        changes = (ceil_div(new_lengths, self.block_size) != old_blocks) | (
+            new_first != self.first_window_block[seq_ids]
+        )
+        quiet = ~changes & ~too_long
         self.lengths_tokens[seq_ids[quiet]] = new_lengths[quiet]
         failed: list[int] = []
-        for index in busy.tolist():
+        for index in np.flatnonzero(~quiet).tolist():
             sid = int(seq_ids[index])
-            if too_long[index] or allocate[index] > self.pool.num_free + free[index]:
+            if too_long[index] or peak[index] > self.pool.num_free:
                 failed.append(sid)
                 continue
             self._advance(sid, int(new_lengths[index]))
@@ -189,34 +204,31 @@ class HybridPagedAllocator:
         self.first_window_block[sid] = new_first
 
     def max_uniform_growth(self, seq_ids: np.ndarray, limit: int) -> int:
-        """Largest k <= limit that fits even if no window block were freed on the way (so every
-        intermediate iteration fits too); the engine steps singly where frees are needed."""
+        """Largest k <= limit for which `grow(seq_ids, k)` succeeds for every sequence (exact)."""
         seq_ids = np.asarray(seq_ids, dtype=np.int64)
         if limit <= 0:
             return 0
         if seq_ids.size == 0:
             return int(limit)
-        lengths = self.lengths_tokens[seq_ids]
-        limit = int(min(limit, int((self._block_tokens_limit(seq_ids) - lengths).min())))
+        limit = int(limit)
+        if self.max_model_len is not None:
+            limit = min(limit, int(self.max_model_len - self.lengths_tokens[seq_ids].max()))
         if limit <= 0:
             return 0
-        groups = self.num_full_groups + self.num_window_groups
         free = self.pool.num_free
-        held = self.num_seq_blocks[seq_ids]
-
-        def need(k: int) -> int:
-            return int((ceil_div(lengths + k, self.block_size) - held).sum()) * groups
-
-        if need(limit) <= free:
+        steps = np.arange(1, limit + 1, dtype=np.int64)
+        held_now = self._held_now(seq_ids)
+        # without any frees (an upper bound on every peak) the common case is decided at once
+        blocks_at_limit = ceil_div(self.lengths_tokens[seq_ids] + limit, self.block_size)
+        groups = self.num_full_groups + self.num_window_groups
+        if int((blocks_at_limit - self.num_seq_blocks[seq_ids]).sum()) * groups <= free:
             return limit
-        low, high = 0, limit  # need(low) fits, need(high) does not
-        while high - low > 1:
-            mid = (low + high) // 2
-            if need(mid) <= free:
-                low = mid
-            else:
-                high = mid
-        return low
+        extra = self._usage_blocks(seq_ids, steps) - held_now[:, None]  # seqs x k
+        peak = np.maximum.accumulate(np.maximum(extra, 0), axis=1)
+        before = np.cumsum(extra, axis=0) - extra  # net blocks taken by the sequences before each one
+        fits = (peak <= free - before).all(axis=0)
+        feasible = np.flatnonzero(fits)
+        return int(feasible[-1]) + 1 if feasible.size else 0
 
     def release(self, seq_id: int) -> None:
         check_live_seq(self, seq_id)
@@ -269,6 +281,17 @@ class HybridPagedAllocator:
             duplicated=0,
             free=free,
             out_of_window=out_of_window,
+        )
+
+    def state_snapshot(self) -> tuple:
+        """Everything observable, for tests that check a refused operation changed nothing."""
+        ids = self.live_seq_ids()
+        return (
+            tuple(ids.tolist()),
+            tuple(self.lengths_tokens[ids].tolist()),
+            tuple(self.num_seq_blocks[ids].tolist()),
+            tuple(self.first_window_block[ids].tolist()),
+            self.pool.num_free,
         )
 
     def layout(self) -> Layout:
