@@ -54,8 +54,12 @@ class HybridPagedAllocator:
         block_size: int,
         plan: LayerPlan,
         max_model_len: int | None = None,
+        prefill_chunk_tokens: int | None = None,
     ) -> None:
         self.name = "hybrid"
+        # Chunked prefill: vLLM allocates per chunk and frees skipped window blocks before each one, so
+        # while the last chunk runs the window groups hold only its window and the chunk itself.
+        self.prefill_chunk_tokens = prefill_chunk_tokens
         self.plan = plan
         self.block_size = block_size
         self.max_model_len = max_model_len
@@ -118,10 +122,19 @@ class HybridPagedAllocator:
         return self.lengths_tokens[seq_ids] + num_tokens > self.max_model_len
 
     # ---- protocol ------------------------------------------------------------------------
+    def _admission_first_block(self, prompt_tokens: int) -> int:
+        """First window block held at admission: 0 without chunked prefill (vLLM allocates every prompt
+        block, skipped ones are freed at the next step); with chunks of c tokens, the blocks the last
+        chunk does not read (its first token reads back to prompt - c - window + 1)."""
+        if self.prefill_chunk_tokens is None or prompt_tokens <= self.prefill_chunk_tokens:
+            return 0
+        return int(self._first_needed(np.int64(prompt_tokens - self.prefill_chunk_tokens)))
+
     def demand_tokens(self, seq: SeqSpec) -> int:
-        """The prompt in every group (vLLM allocates all prompt blocks; skipped ones free next step)."""
-        blocks = ceil_div(seq.prompt_tokens, self.block_size)
-        return int(blocks * (self.num_full_groups + self.num_window_groups) * self.block_slots)
+        """The prompt's blocks in every group (window groups: from the admission's first block)."""
+        blocks = int(ceil_div(seq.prompt_tokens, self.block_size))
+        first = self._admission_first_block(seq.prompt_tokens)
+        return (self.num_full_groups * blocks + self.num_window_groups * (blocks - first)) * self.block_slots
 
     def rejection_reason(self, seq: SeqSpec) -> str:
         if self.max_model_len is not None and seq.prompt_tokens > self.max_model_len:
@@ -133,28 +146,31 @@ class HybridPagedAllocator:
     def _take(self, count: int) -> np.ndarray:
         return self.pool.allocate(count)
 
-    def _start(self, seq: SeqSpec, length: int) -> bool:
+    def _start(self, seq: SeqSpec, length: int, first: int = 0) -> bool:
+        """Hold `length` tokens: full groups every block, window groups the blocks from `first` on."""
         if self.max_model_len is not None and length > self.max_model_len:
             return False
         blocks = int(ceil_div(length, self.block_size))
-        groups = self.num_full_groups + self.num_window_groups
-        if blocks * groups > self.pool.num_free:
+        if self.num_full_groups * blocks + self.num_window_groups * (blocks - first) > self.pool.num_free:
             return False
         sid = seq.seq_id
         self._ensure_rows(sid)
-        taken = self._take(blocks * groups).reshape(blocks, groups) if blocks else np.zeros((0, groups), np.int64)
-        self._full[sid] = [row[: self.num_full_groups].copy() for row in taken]
-        self._window[sid] = deque(row[self.num_full_groups :].copy() for row in taken)
+        full = self._take(self.num_full_groups * blocks).reshape(blocks, self.num_full_groups)
+        window = self._take(self.num_window_groups * (blocks - first)).reshape(
+            blocks - first, self.num_window_groups
+        )
+        self._full[sid] = list(full)
+        self._window[sid] = deque(window)
         self.live[sid] = True
         self.lengths_tokens[sid] = length
         self.final_tokens[sid] = seq.final_tokens
         self.num_seq_blocks[sid] = blocks
-        self.first_window_block[sid] = 0
+        self.first_window_block[sid] = first
         return True
 
     def admit(self, seq: SeqSpec) -> bool:
         check_new_seq(self, seq.seq_id)
-        return self._start(seq, seq.prompt_tokens)
+        return self._start(seq, seq.prompt_tokens, self._admission_first_block(seq.prompt_tokens))
 
     def grow(self, seq_ids: np.ndarray, num_tokens: int = 1) -> np.ndarray:
         """Grow each sequence in turn by `num_tokens` steps; it fails (unchanged) if its peak does not fit.
@@ -185,20 +201,23 @@ class HybridPagedAllocator:
         return np.asarray(failed, dtype=np.int64)
 
     def _advance(self, sid: int, new_length: int) -> None:
-        """Move one sequence to `new_length`: release slid-out window blocks, append new blocks."""
-        bs = self.block_size
+        """Move one sequence to `new_length`: release slid-out window blocks, then append new blocks."""
         old_blocks = int(self.num_seq_blocks[sid])
-        new_blocks = -(-new_length // bs)
+        new_blocks = -(-new_length // self.block_size)
         first = int(self.first_window_block[sid])
         new_first = max(first, int(self._first_needed(np.int64(new_length))))
         window = self._window[sid]
-        for _ in range(first, min(new_first, old_blocks)):  # oldest first, as vLLM frees them
-            self.pool.release(window.popleft())
-        for logical in range(old_blocks, new_blocks):
-            row = self._take(self.num_full_groups + (self.num_window_groups if logical >= new_first else 0))
-            self._full[sid].append(row[: self.num_full_groups].copy())
-            if logical >= new_first:
-                window.append(row[self.num_full_groups :].copy())
+        gone = [window.popleft() for _ in range(first, min(new_first, old_blocks))]
+        if gone:  # oldest first, as vLLM frees them
+            self.pool.release(np.concatenate(gone))
+        appended = new_blocks - old_blocks
+        if appended > 0:
+            full_groups, window_groups = self.num_full_groups, self.num_window_groups
+            in_window = new_blocks - max(old_blocks, new_first)
+            taken = self._take(full_groups * appended + window_groups * in_window)
+            split = full_groups * appended
+            self._full[sid].extend(taken[:split].reshape(appended, full_groups))
+            window.extend(taken[split:].reshape(in_window, window_groups))
         self.lengths_tokens[sid] = new_length
         self.num_seq_blocks[sid] = new_blocks
         self.first_window_block[sid] = new_first
@@ -244,7 +263,7 @@ class HybridPagedAllocator:
         """The child starts with its own copy of the parent's tokens (no block sharing)."""
         check_live_seq(self, parent_id)
         check_new_seq(self, child.seq_id)
-        return self._start(child, int(self.lengths_tokens[parent_id]))
+        return self._start(child, int(self.lengths_tokens[parent_id]), int(self.first_window_block[parent_id]))
 
     def prefix_hit_tokens(self, seq_id: int) -> int:
         return 0

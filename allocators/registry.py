@@ -162,6 +162,7 @@ def _make_hybrid(
     num_window_layers: Any = _MISSING,
     window_tokens: Any = _MISSING,
     enable_prefix_caching: Any = False,
+    prefill_chunk_tokens: Any = None,
 ) -> Allocator:
     """vLLM v1's hybrid KV-cache manager (allocators/hybrid.py); needs a model with window layers."""
     name = "hybrid"
@@ -177,7 +178,8 @@ def _make_hybrid(
             "hybrid: the model has no sliding-window layers (num_window_layers 0); use paged"
         )
     max_len = None if max_model_len is None else _int_param(name, "max_model_len", max_model_len)
-    return HybridPagedAllocator(capacity_tokens, size, plan, max_model_len=max_len)
+    chunk = None if prefill_chunk_tokens is None else _int_param(name, "prefill_chunk_tokens", prefill_chunk_tokens)
+    return HybridPagedAllocator(capacity_tokens, size, plan, max_model_len=max_len, prefill_chunk_tokens=chunk)
 
 
 def _make_virtual(
@@ -236,7 +238,8 @@ _PARAMS: dict[str, frozenset[str]] = {
     | _WINDOW_PARAMS,
     "virtual": frozenset({"max_model_len", "page_bytes", "bytes_per_token_per_layer", "num_layers"})
     | _WINDOW_PARAMS,
-    "hybrid": frozenset({"block_size", "max_model_len", "enable_prefix_caching"}) | _WINDOW_PARAMS,
+    "hybrid": frozenset({"block_size", "max_model_len", "enable_prefix_caching", "prefill_chunk_tokens"})
+    | _WINDOW_PARAMS,
 }
 
 

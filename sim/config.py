@@ -52,6 +52,7 @@ SCENARIO_OWNED_PARAMS: dict[str, str] = {
     "num_layers": "model",
     "num_window_layers": "model",
     "window_tokens": "model",
+    "prefill_chunk_tokens": "max_num_batched_tokens",
 }
 
 # vAttention maps physical memory in pages; 2 MiB is CUDA's native VMM granularity. The page size is
@@ -380,6 +381,10 @@ class Scenario(BaseModel):
         needed, what = 1, "one token"
         if name == "contiguous":
             needed, what = self.max_model_len, f"one max_model_len={self.max_model_len} sequence"
+            if model.num_window_layers:  # window layers reserve only the window (allocators/windowed.py)
+                window = min(self.max_model_len, model.sliding_window_tokens or self.max_model_len)
+                slots = model.num_full_layers * self.max_model_len + model.num_window_layers * window
+                needed = -(-slots // model.num_layers)
         elif name == "paged":
             needed, what = self.block_size, f"one block of block_size={self.block_size}"
         elif name == "virtual":
@@ -507,6 +512,8 @@ class Scenario(BaseModel):
             params["max_model_len"] = self.max_model_len
             params["block_size"] = self.block_size
             params["enable_prefix_caching"] = self.enable_prefix_caching
+            if self.enable_chunked_prefill:
+                params["prefill_chunk_tokens"] = self.max_num_batched_tokens
         model = self.model_spec()
         if model.num_window_layers:  # every family sees the window layout (allocators/windowed.py)
             params["num_layers"] = model.num_layers

@@ -61,10 +61,36 @@ TABLE_COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("mean_normalized_latency_s_per_token", "norm. latency s/token", "sig4"),
     ("preemptions", "preemptions", "count"),
     ("rejected", "rejections", "count"),
+    ("usd_per_million_output_tokens", "USD / 1M output tok.", "float3"),
 )
+# Columns shown only when some run has them: the window part (issue 14) is absent from older results,
+# the price only exists when `kvsim report --gpu-hour-cost` gives one.
+OPTIONAL_COLUMNS: frozenset[str] = frozenset({"kv_out_of_window_pct", "usd_per_million_output_tokens"})
+
+
+def table_columns(runs: Sequence[LoadedRun]) -> tuple[tuple[str, str, str], ...]:
+    """TABLE_COLUMNS without the optional columns no run has."""
+    return tuple(
+        column
+        for column in TABLE_COLUMNS
+        if column[0] not in OPTIONAL_COLUMNS or any(column[0] in run.summary["metrics"] for run in runs)
+    )
+
+
+def add_gpu_cost(runs: Sequence[LoadedRun], gpu_hour_cost: float | None) -> None:
+    """Each run's USD per million output tokens at its own throughput: price x TP / 3600 / (tok/s) x 1e6."""
+    if gpu_hour_cost is None:
+        return
+    for run in runs:
+        metrics = run.summary["metrics"]
+        gpus = int(_scenario_value(run.summary, "tensor_parallel_size") or 1)
+        throughput = float(metrics.get("output_throughput") or 0.0)
+        metrics["usd_per_million_output_tokens"] = (
+            gpu_hour_cost * gpus / 3600.0 / throughput * 1e6 if throughput > 0 else math.nan
+        )
 # Every metric the report reads: the table's, plus what the diagnosis and the runs table use.
 REQUIRED_METRICS: tuple[str, ...] = (
-    *(key for key, _, _ in TABLE_COLUMNS),
+    *(key for key, _, _ in TABLE_COLUMNS if key not in OPTIONAL_COLUMNS),
     "num_requests",
     "completed",
     "duration_s",
@@ -267,7 +293,10 @@ def summary_rows(labels: Sequence[str], runs: Sequence[LoadedRun]) -> list[tuple
     rows = []
     for label, run in zip(labels, runs, strict=True):
         metrics = run.summary["metrics"]
-        cells = [(metrics.get(key, math.nan), format_value(metrics.get(key, math.nan), kind)) for key, _, kind in TABLE_COLUMNS]
+        cells = [
+            (metrics.get(key, math.nan), format_value(metrics.get(key, math.nan), kind))
+            for key, _, kind in table_columns(runs)
+        ]
         rows.append((label, cells))
     return rows
 
@@ -431,11 +460,11 @@ def render_html(
         "<h2>Summary</h2>",
         '<div class="scroll"><table id="summary"><thead><tr><th class="label">allocator</th>',
     ]
-    out += [f'<th data-metric="{esc(key)}">{esc(header)}</th>' for key, header, _ in TABLE_COLUMNS]
+    out += [f'<th data-metric="{esc(key)}">{esc(header)}</th>' for key, header, _ in table_columns(runs)]
     out.append("</tr></thead><tbody>")
     for label, cells in summary_rows(labels, runs):
         out.append(f'<tr><td class="label">{esc(label)}</td>')
-        for (key, _, _), (raw, shown) in zip(TABLE_COLUMNS, cells, strict=True):
+        for (key, _, _), (raw, shown) in zip(table_columns(runs), cells, strict=True):
             out.append(f'<td data-metric="{esc(key)}" data-value="{esc(json.dumps(raw))}">{esc(shown)}</td>')
         out.append("</tr>")
     out.append("</tbody></table></div>")
@@ -487,7 +516,7 @@ def render_markdown(
     figure_names: Mapping[str, str],
 ) -> str:
     """The Markdown twin of the page; figures are linked as figures/*.png next to it."""
-    headers = ["allocator", *(header for _, header, _ in TABLE_COLUMNS)]
+    headers = ["allocator", *(header for _, header, _ in table_columns(runs))]
     lines = [
         "# kvsim report",
         "",
@@ -496,7 +525,7 @@ def render_markdown(
         "## Summary",
         "",
         "| " + " | ".join(headers) + " |",
-        "|" + "|".join([":---"] + ["---:"] * len(TABLE_COLUMNS)) + "|",
+        "|" + "|".join([":---"] + ["---:"] * len(table_columns(runs))) + "|",
     ]
     for label, cells in summary_rows(labels, runs):
         lines.append("| " + " | ".join([_md_cell(label), *(shown for _, shown in cells)]) + " |")
@@ -558,7 +587,9 @@ def default_output_dir(results_dirs: Sequence[Path]) -> Path:
     return Path(os.path.commonpath([str(Path(p).resolve()) for p in results_dirs]))
 
 
-def report(results_dirs: list[Path], output_dir: Path | None = None) -> Path:
+def report(
+    results_dirs: list[Path], output_dir: Path | None = None, gpu_hour_cost: float | None = None
+) -> Path:
     """Validate the results folders and write report.html, report.md and figures/*.png.
 
     A folder that holds run folders (such as `kvsim compare`'s output) stands for them, a sweep
@@ -570,6 +601,7 @@ def report(results_dirs: list[Path], output_dir: Path | None = None) -> Path:
         raise ResultsError("no results folders given")
     run_dirs = expand_results_dirs(results_dirs)
     runs = [load_results(path) for path in run_dirs]
+    add_gpu_cost(runs, gpu_hour_cost)  # USD per GPU-hour -> a USD / 1M output tokens column
     labels = run_labels(runs)
     output_dir = Path(output_dir) if output_dir is not None else default_output_dir(results_dirs)
     output_dir = check_output_dir(output_dir, what="report folder")
@@ -584,8 +616,10 @@ def report(results_dirs: list[Path], output_dir: Path | None = None) -> Path:
     return output_dir / "report.html"
 
 
-def timed_report(results_dirs: list[Path], output_dir: Path | None = None) -> tuple[Path, float]:
+def timed_report(
+    results_dirs: list[Path], output_dir: Path | None = None, gpu_hour_cost: float | None = None
+) -> tuple[Path, float]:
     """`report` plus its wall time in seconds (for the CLI's one-line summary)."""
     start_s = time.perf_counter()
-    path = report(results_dirs, output_dir)
+    path = report(results_dirs, output_dir, gpu_hour_cost)
     return path, time.perf_counter() - start_s

@@ -53,6 +53,17 @@ def test_hybrid_frees_blocks_that_slide_out_of_the_window() -> None:
     assert alloc.pool.num_free == alloc.num_blocks
 
 
+def test_chunked_prefill_admits_only_the_last_chunks_window() -> None:
+    alloc = make_allocator("hybrid", capacity_tokens=100, block_size=4, prefill_chunk_tokens=8, **PLAN)
+    # prompt 40, last chunk [32, 40) reads back to 32 - 8 + 1 = 25: window groups hold blocks 6..9
+    assert alloc.demand_tokens(seq(0, prompt=40)) == (1 * 10 + 5 * 4) * 4
+    assert alloc.admit(seq(0, prompt=40))
+    assert alloc.first_window_block[0] == 6
+    assert alloc.breakdown().out_of_window == 5 * (33 - 24)  # positions 24..32 of blocks 6..8
+    assert alloc.admit(seq(1, prompt=8))  # a prompt within one chunk: every block, as without chunks
+    assert alloc.first_window_block[1] == 0
+
+
 def test_windowed_contiguous_reserves_the_window_on_window_layers() -> None:
     alloc = make_allocator("contiguous", capacity_tokens=200, max_model_len=32, **PLAN)
     # slab: 1 full layer x 32 + 5 window layers x 8 = 72 layer-slots
@@ -115,14 +126,20 @@ operations = st.lists(
     block_size=st.sampled_from([1, 2, 4, 8]),
     layers=st.sampled_from([(6, 5), (4, 2), (3, 3), (36, 18)]),
     capacity=st.integers(20, 200),
+    chunk=st.sampled_from([None, 1, 8, 16]),
 )
 def test_hybrid_properties(
-    ops: list[tuple[str, int, int]], window: int, block_size: int, layers: tuple[int, int], capacity: int
+    ops: list[tuple[str, int, int]],
+    window: int,
+    block_size: int,
+    layers: tuple[int, int],
+    capacity: int,
+    chunk: int | None,
 ) -> None:
     plan = LayerPlan(layers[0], layers[1], window)
     if capacity * plan.num_layers < block_size * np.gcd(plan.num_full_layers, plan.num_window_layers):
         return
-    alloc = HybridPagedAllocator(capacity, block_size, plan, max_model_len=64)
+    alloc = HybridPagedAllocator(capacity, block_size, plan, max_model_len=64, prefill_chunk_tokens=chunk)
     next_id = 0
     for op, a, b in ops:
         live = alloc.live_seq_ids()
