@@ -220,18 +220,20 @@ def taxonomy_over_time(runs: Mapping[str, RunLike]) -> Figure:
         )
         for ax, label in zip(axes[:, 0], labels, strict=True):
             steps = runs[label].steps
-            series = resample_steps(steps, [*BREAKDOWN_PARTS, "capacity"])
+            # results written before issue 14 have no out_of_window column (it was 0 there)
+            parts = [part for part in BREAKDOWN_PARTS if part in steps.columns]
+            series = resample_steps(steps, [*parts, "capacity"])
             capacity = series["capacity"].to_numpy(dtype=float, copy=True)
             capacity[capacity <= 0] = np.nan
-            layers = [100.0 * series[part].to_numpy(dtype=float) / capacity for part in BREAKDOWN_PARTS]
+            layers = [100.0 * series[part].to_numpy(dtype=float) / capacity for part in parts]
             polys = ax.stackplot(
                 series["time_s"].to_numpy(dtype=float),
                 *layers,
-                colors=[PART_COLORS[p] for p in BREAKDOWN_PARTS],
-                labels=[PART_LABELS[p] for p in BREAKDOWN_PARTS],
+                colors=[PART_COLORS[p] for p in parts],
+                labels=[PART_LABELS[p] for p in parts],
                 edgecolor="none",
             )
-            for poly, part in zip(polys, BREAKDOWN_PARTS, strict=True):
+            for poly, part in zip(polys, parts, strict=True):
                 poly.set_hatch(PART_HATCHES[part])
             ax.set_ylim(0, 100)
             ax.set_ylabel("% of KV")

@@ -61,20 +61,18 @@ TABLE_COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("mean_normalized_latency_s_per_token", "norm. latency s/token", "sig4"),
     ("preemptions", "preemptions", "count"),
     ("rejected", "rejections", "count"),
-    ("usd_per_million_output_tokens", "USD / 1M output tok.", "float3"),
 )
-# Columns shown only when some run has them: the window part (issue 14) is absent from older results,
-# the price only exists when `kvsim report --gpu-hour-cost` gives one.
-OPTIONAL_COLUMNS: frozenset[str] = frozenset({"kv_out_of_window_pct", "usd_per_million_output_tokens"})
+# Not required of a results folder: the window part (issue 14) is absent from older results ("-").
+OPTIONAL_METRICS: frozenset[str] = frozenset({"kv_out_of_window_pct"})
+# Appended to the table only when `kvsim report --gpu-hour-cost` gives a price.
+COST_COLUMN: tuple[str, str, str] = ("usd_per_million_output_tokens", "USD / 1M output tok.", "float3")
 
 
 def table_columns(runs: Sequence[LoadedRun]) -> tuple[tuple[str, str, str], ...]:
-    """TABLE_COLUMNS without the optional columns no run has."""
-    return tuple(
-        column
-        for column in TABLE_COLUMNS
-        if column[0] not in OPTIONAL_COLUMNS or any(column[0] in run.summary["metrics"] for run in runs)
-    )
+    """TABLE_COLUMNS, plus the cost column when the runs carry a price."""
+    if any(COST_COLUMN[0] in run.summary["metrics"] for run in runs):
+        return (*TABLE_COLUMNS, COST_COLUMN)
+    return TABLE_COLUMNS
 
 
 def add_gpu_cost(runs: Sequence[LoadedRun], gpu_hour_cost: float | None) -> None:
@@ -90,7 +88,7 @@ def add_gpu_cost(runs: Sequence[LoadedRun], gpu_hour_cost: float | None) -> None
         )
 # Every metric the report reads: the table's, plus what the diagnosis and the runs table use.
 REQUIRED_METRICS: tuple[str, ...] = (
-    *(key for key, _, _ in TABLE_COLUMNS if key not in OPTIONAL_COLUMNS),
+    *(key for key, _, _ in TABLE_COLUMNS if key not in OPTIONAL_METRICS),
     "num_requests",
     "completed",
     "duration_s",
