@@ -108,10 +108,12 @@ class HybridPagedAllocator:
     def _held_now(self, seq_ids: np.ndarray) -> np.ndarray:
         """Blocks each sequence holds now (window groups may still hold skipped prompt blocks)."""
         blocks = self.num_seq_blocks[seq_ids]
-        return self.num_full_groups * blocks + self.num_window_groups * (blocks - self.first_window_block[seq_ids])
+        return self.num_full_groups * blocks + self.num_window_groups * (
+            blocks - self.first_window_block[seq_ids]
+        )
 
     def _peak_and_net(self, seq_ids: np.ndarray, num_tokens: int) -> tuple[np.ndarray, np.ndarray]:
-        """Per sequence: the most extra blocks it holds during `num_tokens` steps, and the change at the end."""
+        """Per sequence: the most extra blocks held during `num_tokens` steps, and the change at the end."""
         now = self._held_now(seq_ids)
         after = self._usage_blocks(seq_ids, np.arange(1, num_tokens + 1, dtype=np.int64)) - now[:, None]
         return np.maximum(0, after.max(axis=1)), after[:, -1]
@@ -263,7 +265,9 @@ class HybridPagedAllocator:
         """The child starts with its own copy of the parent's tokens (no block sharing)."""
         check_live_seq(self, parent_id)
         check_new_seq(self, child.seq_id)
-        return self._start(child, int(self.lengths_tokens[parent_id]), int(self.first_window_block[parent_id]))
+        return self._start(
+            child, int(self.lengths_tokens[parent_id]), int(self.first_window_block[parent_id])
+        )
 
     def prefix_hit_tokens(self, seq_id: int) -> int:
         return 0

@@ -65,7 +65,9 @@ def _window_plan(name: str, num_layers: Any, num_window_layers: Any, window_toke
         name, "window_tokens", _required(name, "window_tokens", window_tokens, "the sliding window")
     )
     if windowed > layers:
-        raise AllocatorConfigError(f"{name}: num_window_layers must be <= num_layers ({layers}), got {windowed}")
+        raise AllocatorConfigError(
+            f"{name}: num_window_layers must be <= num_layers ({layers}), got {windowed}"
+        )
     return layer_plan(layers, windowed, window)
 
 
@@ -178,8 +180,14 @@ def _make_hybrid(
             "hybrid: the model has no sliding-window layers (num_window_layers 0); use paged"
         )
     max_len = None if max_model_len is None else _int_param(name, "max_model_len", max_model_len)
-    chunk = None if prefill_chunk_tokens is None else _int_param(name, "prefill_chunk_tokens", prefill_chunk_tokens)
-    return HybridPagedAllocator(capacity_tokens, size, plan, max_model_len=max_len, prefill_chunk_tokens=chunk)
+    chunk = (
+        None
+        if prefill_chunk_tokens is None
+        else _int_param(name, "prefill_chunk_tokens", prefill_chunk_tokens)
+    )
+    return HybridPagedAllocator(
+        capacity_tokens, size, plan, max_model_len=max_len, prefill_chunk_tokens=chunk
+    )
 
 
 def _make_virtual(

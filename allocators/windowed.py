@@ -46,7 +46,8 @@ class LayerPlan:
     def __post_init__(self) -> None:
         if not 0 < self.num_window_layers <= self.num_layers:
             raise AllocatorConfigError(
-                f"num_window_layers must be in [1, num_layers={self.num_layers}], got {self.num_window_layers}"
+                f"num_window_layers must be in [1, num_layers={self.num_layers}], "
+                f"got {self.num_window_layers}"
             )
         if self.window_tokens < 1:
             raise AllocatorConfigError(f"window_tokens must be an integer >= 1, got {self.window_tokens}")

@@ -65,7 +65,9 @@ def add_costs(rows: list[dict[str, Any]], gpu_hour_cost: float | None) -> None:
         row.update(row_costs(row, gpu_hour_cost))
 
 
-def cost_lines(rows: list[dict[str, Any]], gpu_hour_cost: float | None, target_rate: float | None) -> list[str]:
+def cost_lines(
+    rows: list[dict[str, Any]], gpu_hour_cost: float | None, target_rate: float | None
+) -> list[str]:
     """One line per row: `paged 32768/TP1: $0.412 per 1M output tokens, $0.123 per 1k requests, ...`."""
     if gpu_hour_cost is None:
         return []

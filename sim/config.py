@@ -417,9 +417,9 @@ class Scenario(BaseModel):
         """Bytes of one layer's K (or V) tensor for one token on one GPU: the virtual allocator's unit.
 
         MLA caches one latent per layer, (kv_lora_rank + qk_rope_head_dim) wide, and tensor
-        parallelism does not split it: vLLM treats an MLA model as having one KV head
-        (ModelConfig.get_total_num_kv_heads returns 1 when use_mla, get_head_size returns
-        kv_lora_rank + qk_rope_head_dim), so every rank holds the whole latent (docs/cost_model.md).
+        parallelism does not split it: vLLM's ModelConfig.get_num_kv_heads (vllm/config/model.py)
+        returns 1 per GPU when use_mla ("When using MLA during decode it becomes MQA") and the head
+        size is kv_lora_rank + qk_rope_head_dim, so every rank holds the whole latent (docs/cost_model.md).
         """
         return kv_layer_bytes_per_gpu(self.model_spec(), self.kv_dtype_bytes(), self.tensor_parallel_size)
 

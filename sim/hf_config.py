@@ -96,7 +96,9 @@ def window_layer_flags(data: dict[str, Any], num_layers: int, where: str = "conf
         known = {"sliding_attention", "full_attention"}
         for kind in layer_types:
             if kind not in known:
-                raise fields.fail("layer_types", f"unknown layer type {kind!r} (known: {', '.join(sorted(known))})")
+                raise fields.fail(
+                    "layer_types", f"unknown layer type {kind!r} (known: {', '.join(sorted(known))})"
+                )
         return [kind == "sliding_attention" for kind in layer_types]
     if "sliding_window_pattern" in data and data["sliding_window_pattern"] is not None:
         pattern = fields.int("sliding_window_pattern")
@@ -213,7 +215,9 @@ def spec_from_config(data: dict[str, Any], name: str = "custom", where: str = "c
         sliding_window_tokens=f.int("sliding_window") if any(flags) else None,
         num_window_layers=sum(flags),
         num_experts=experts,
-        experts_per_token=f.int("num_experts_per_tok", "experts_per_token", default=0, minimum=0) if experts else 0,
+        experts_per_token=f.int("num_experts_per_tok", "experts_per_token", default=0, minimum=0)
+        if experts
+        else 0,
         active_params=active if active != total else None,
     )
 

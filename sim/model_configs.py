@@ -10,8 +10,14 @@ from __future__ import annotations
 
 from typing import Any
 
-_LLAMA_31 = {"model_type": "llama", "vocab_size": 128256, "max_position_embeddings": 131072,
-             "torch_dtype": "bfloat16", "tie_word_embeddings": False, "num_key_value_heads": 8}
+_LLAMA_31 = {
+    "model_type": "llama",
+    "vocab_size": 128256,
+    "max_position_embeddings": 131072,
+    "torch_dtype": "bfloat16",
+    "tie_word_embeddings": False,
+    "num_key_value_heads": 8,
+}
 
 # name -> (config.json fields, weight bytes as stored when not params x dtype, or None)
 MODEL_CONFIGS: dict[str, dict[str, Any]] = {

@@ -22,7 +22,9 @@ def resolve_model(name_or_path: str) -> ModelSpec:
         raise ScenarioError(f"--model: {exc}; or give a path to a config.json") from None
 
 
-def model_kv_lines(name_or_path: str, kv_cache_dtype: str = "auto", tensor_parallel_size: int = 1) -> list[str]:
+def model_kv_lines(
+    name_or_path: str, kv_cache_dtype: str = "auto", tensor_parallel_size: int = 1
+) -> list[str]:
     """Lines describing the model, ending with `KV bytes per token: N` and a note on window layers."""
     if kv_cache_dtype not in KV_CACHE_DTYPE_BYTES:
         raise ScenarioError(
@@ -51,7 +53,8 @@ def model_kv_lines(name_or_path: str, kv_cache_dtype: str = "auto", tensor_paral
         )
     lines.append(
         f"KV bytes per token: {per_token:,} (all {model.num_layers} layers, TP group of "
-        f"{tensor_parallel_size} GPU{'s' if tensor_parallel_size > 1 else ''}, kv-cache-dtype {kv_cache_dtype}: "
+        f"{tensor_parallel_size} GPU{'s' if tensor_parallel_size > 1 else ''}, "
+        f"kv-cache-dtype {kv_cache_dtype}: "
         f"{dtype_bytes} byte{'s' if dtype_bytes > 1 else ''} per element)"
     )
     if model.num_window_layers:

@@ -39,7 +39,9 @@ class ModelSpec(BaseModel):
     num_experts: int = Field(default=0, ge=0)  # routed experts per MoE layer; 0: dense
     experts_per_token: int = Field(default=0, ge=0)
     active_params: int | None = Field(default=None, ge=1)  # params one token's forward uses; None: all
-    checkpoint_bytes: int | None = Field(default=None, ge=1)  # weights as stored (FP8, MXFP4); None: params x dtype
+    checkpoint_bytes: int | None = Field(
+        default=None, ge=1
+    )  # weights as stored (FP8, MXFP4); None: params x dtype
 
     @field_validator("num_kv_heads")
     @classmethod
@@ -52,7 +54,9 @@ class ModelSpec(BaseModel):
     @model_validator(mode="after")
     def _window_fields_agree(self) -> ModelSpec:
         if self.num_window_layers > self.num_layers:
-            raise ValueError(f"num_window_layers={self.num_window_layers} exceeds num_layers={self.num_layers}")
+            raise ValueError(
+                f"num_window_layers={self.num_window_layers} exceeds num_layers={self.num_layers}"
+            )
         if self.num_window_layers and self.sliding_window_tokens is None:
             raise ValueError("num_window_layers needs sliding_window_tokens")
         if (self.kv_lora_rank == 0) != (self.qk_rope_head_dim == 0):
@@ -283,8 +287,9 @@ def kv_layer_bytes_per_gpu(model: ModelSpec, kv_dtype_bytes: int, tensor_paralle
     """One layer's K (or V, or MLA latent) bytes for one token on one GPU.
 
     GQA/MHA: KV heads are split over the TP ranks (replicated when TP exceeds them, as in vLLM).
-    MLA: the latent is not split: vLLM's ModelConfig.get_total_num_kv_heads returns 1 for MLA and
-    get_head_size returns kv_lora_rank + qk_rope_head_dim, so every rank holds the whole latent.
+    MLA: the latent is not split: vLLM's ModelConfig.get_num_kv_heads (vllm/config/model.py) returns
+    1 per GPU for MLA ("When using MLA during decode it becomes MQA"), not total KV heads / TP, with
+    a head size of kv_lora_rank + qk_rope_head_dim, so every rank holds the whole latent.
     """
     if model.is_mla:
         return model.kv_bytes_per_token_per_layer(kv_dtype_bytes)
@@ -294,8 +299,10 @@ def kv_layer_bytes_per_gpu(model: ModelSpec, kv_dtype_bytes: int, tensor_paralle
 
 def kv_bytes_per_token_group(model: ModelSpec, kv_dtype_bytes: int, tensor_parallel_size: int) -> int:
     """Every layer's KV for one token over the whole TP group (window layers at their full size)."""
-    per_gpu = model.kv_tensors_per_layer * model.num_layers * kv_layer_bytes_per_gpu(
-        model, kv_dtype_bytes, tensor_parallel_size
+    per_gpu = (
+        model.kv_tensors_per_layer
+        * model.num_layers
+        * kv_layer_bytes_per_gpu(model, kv_dtype_bytes, tensor_parallel_size)
     )
     return per_gpu * tensor_parallel_size
 

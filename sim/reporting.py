@@ -86,6 +86,8 @@ def add_gpu_cost(runs: Sequence[LoadedRun], gpu_hour_cost: float | None) -> None
         metrics["usd_per_million_output_tokens"] = (
             gpu_hour_cost * gpus / 3600.0 / throughput * 1e6 if throughput > 0 else math.nan
         )
+
+
 # Every metric the report reads: the table's, plus what the diagnosis and the runs table use.
 REQUIRED_METRICS: tuple[str, ...] = (
     *(key for key, _, _ in TABLE_COLUMNS if key not in OPTIONAL_METRICS),

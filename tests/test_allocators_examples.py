@@ -296,7 +296,13 @@ def test_hole_stats_and_rejection_reason(name: str) -> None:
         "request_limit": {"max_model_len": 64},
         "paged": {"block_size": 8, "max_model_len": 64},
         "virtual": {"max_model_len": 64, "page_bytes": 32, "bytes_per_token_per_layer": 4},
-        "hybrid": {"block_size": 8, "max_model_len": 64, "num_layers": 1, "num_window_layers": 1, "window_tokens": 64},
+        "hybrid": {
+            "block_size": 8,
+            "max_model_len": 64,
+            "num_layers": 1,
+            "num_window_layers": 1,
+            "window_tokens": 64,
+        },
     }[name]
     alloc = make_allocator(name, capacity_tokens=256, **params)
     assert set(alloc.hole_stats()) == set(HOLE_STAT_KEYS)

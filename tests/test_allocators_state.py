@@ -15,8 +15,6 @@ import copy
 from typing import Any
 
 import numpy as np
-from _window_helpers import check_hybrid, check_hybrid_all_free
-
 from _alloc_helpers import (
     HASH_CHAINS,
     HASH_TOKENS,
@@ -26,6 +24,7 @@ from _alloc_helpers import (
     check_contiguous,
     check_paged,
 )
+from _window_helpers import check_hybrid, check_hybrid_all_free
 from hypothesis import event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
@@ -259,7 +258,7 @@ TestVirtualMachine = _machine_test("virtual")
 
 
 class _HybridMachine(AllocatorMachine):
-    """The hybrid allocator (issue 14): the same rules; its own block invariants (tests/_window_helpers.py)."""
+    """The hybrid allocator (issue 14): the same rules, its own block invariants (_window_helpers.py)."""
 
     allocator_name = "hybrid"
 

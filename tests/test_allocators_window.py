@@ -11,13 +11,13 @@ import copy
 
 import numpy as np
 import pytest
+from _window_helpers import check_hybrid, check_hybrid_all_free
 from hypothesis import given
 from hypothesis import strategies as st
 
 from allocators import AllocatorConfigError, SeqSpec, make_allocator
 from allocators.hybrid import HybridPagedAllocator
 from allocators.windowed import LayerPlan
-from _window_helpers import check_hybrid, check_hybrid_all_free
 
 # A Gemma-3-like miniature: 6 layers, 5 windowed (window 8 tokens), 1 full; blocks of 4 tokens.
 PLAN = {"num_layers": 6, "num_window_layers": 5, "window_tokens": 8}

@@ -13,7 +13,7 @@ import pytest
 from sim.cli import main
 from sim.config import Scenario
 from sim.errors import ScenarioError
-from sim.hf_config import count_params, model_spec_from_file, spec_from_config, window_layer_flags
+from sim.hf_config import count_params, model_spec_from_file, window_layer_flags
 from sim.model_configs import MODEL_CONFIGS
 from sim.presets import GPU_PRESETS, MODEL_PRESETS
 

@@ -401,7 +401,8 @@ def register(app: typer.Typer) -> None:
     @app.command("presets")
     def presets_command(
         model: Annotated[
-            str | None, typer.Option("--model", help="One model (preset name or config.json): its KV per token.")
+            str | None,
+            typer.Option("--model", help="One model (preset name or config.json): its KV per token."),
         ] = None,
         kv_cache_dtype: Annotated[
             str, typer.Option("--kv-cache-dtype", help="auto | fp8 | fp8_e4m3 | fp8_e5m2 (with --model).")
