@@ -187,3 +187,21 @@ def test_config_model_runs_end_to_end(tmp_path: Path) -> None:
     assert run.metrics["completed"] == 40
     assert run.metrics["kv_slots_per_token"] == 12
     assert Scenario.from_dict(scenario.to_dict()).model_spec() == scenario.model_spec()
+
+
+def test_cli_run_with_kv_cache_dtype_and_hybrid(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    base = ["run", "--model", "Gemma-3-27B", "--gpu", "H200", "--kv-cache-memory", "4GiB", "--quiet"]
+    base += ["--max-model-len", "8192", "--num-prompts", "20", "--allocator", "hybrid"]
+    code, output = run_cli([*base, "--kv-cache-dtype", "fp8", "-o", str(tmp_path / "fp8")], capsys)
+    assert code == 0, output
+    metrics = json.loads((tmp_path / "fp8" / "summary.json").read_text())["metrics"]
+    assert metrics["kv_bytes_per_token"] == 507_904 // 2
+    assert metrics["kv_capacity_tokens"] == 4 * 1024**3 // (507_904 // 2)
+    assert metrics["kv_slots_per_token"] == 62 and "kv_out_of_window_pct" in metrics
+    assert "KV out of window (%)" in output
+    code, output = run_cli(
+        ["run", "--model", "Llama-3.1-8B", "--gpu", "H100", "--allocator", "hybrid", "--quiet"]
+        + ["--num-prompts", "5", "-o", str(tmp_path / "full")],
+        capsys,
+    )
+    assert code == 2 and "no sliding-window layers" in output and len(output.strip().splitlines()) == 1
