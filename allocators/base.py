@@ -60,6 +60,7 @@ BREAKDOWN_PARTS: tuple[str, ...] = (
     "internal",
     "external",
     "duplicated",
+    "out_of_window",
     "free",
 )
 
@@ -81,15 +82,31 @@ class MemoryBreakdown:
     duplicated: int
     free: int
     cached: int = 0
+    # Slots held for tokens that slid out of a sliding window: no attention reads them again (issue 14,
+    # docs/metrics.md). Last so the allocators' positional construction stays valid; 0 for full attention.
+    out_of_window: int = 0
 
     def __post_init__(self) -> None:
         total = (
-            self.token_states + self.reservation + self.internal + self.external + self.duplicated + self.free
+            self.token_states
+            + self.reservation
+            + self.internal
+            + self.external
+            + self.duplicated
+            + self.free
+            + self.out_of_window
         )
         if total != self.capacity:
             raise AssertionError(f"breakdown parts sum to {total}, capacity is {self.capacity}: {self}")
         # No reflection here: this runs once per engine event, so it must stay plain int arithmetic.
-        parts = (self.token_states, self.reservation, self.internal, self.external, self.duplicated)
+        parts = (
+            self.token_states,
+            self.reservation,
+            self.internal,
+            self.external,
+            self.duplicated,
+            self.out_of_window,
+        )
         if min(parts) < 0 or self.free < 0 or self.cached < 0:
             raise AssertionError(f"a breakdown part is negative: {self}")
 

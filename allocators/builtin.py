@@ -21,9 +21,11 @@ from allocators.entry import (
     int_param,
     required,
 )
+from allocators.hybrid import HybridPagedAllocator
 from allocators.paged import PagedAllocator
 from allocators.placement import available_placements, make_placement
 from allocators.virtual import VirtualAllocator
+from allocators.windowed import LayerPlan, UniformWindowAccounting, WindowedSlabAllocator, layer_plan
 
 # vAttention maps physical memory in pages; 2 MiB is CUDA's native VMM granularity (vAttention, §5).
 DEFAULT_PAGE_BYTES = 2 * 1024 * 1024
@@ -36,26 +38,70 @@ def default_page_bytes(bytes_per_token_per_layer: int) -> int:
     return max(1, DEFAULT_PAGE_BYTES // bytes_per_token_per_layer) * bytes_per_token_per_layer
 
 
+# A model's sliding-window layout (allocators/windowed.py); every family accepts it, and the scenario
+# supplies it from the model (num_window_layers 0 or absent: every layer is full attention).
+_WINDOW_PARAMS = frozenset({"num_layers", "num_window_layers", "window_tokens"})
+
+
+def _window_plan(name: str, num_layers: Any, num_window_layers: Any, window_tokens: Any) -> LayerPlan | None:
+    """The sliding-window layout when the model has window layers (allocators/windowed.py), else None."""
+    if num_window_layers is None or num_window_layers == 0:
+        return None
+    layers = int_param(name, "num_layers", required(name, "num_layers", num_layers, "layers of the model"))
+    windowed = int_param(name, "num_window_layers", num_window_layers)
+    window = int_param(
+        name, "window_tokens", required(name, "window_tokens", window_tokens, "the sliding window")
+    )
+    if windowed > layers:
+        raise AllocatorConfigError(
+            f"{name}: num_window_layers must be <= num_layers ({layers}), got {windowed}"
+        )
+    return layer_plan(layers, windowed, window)
+
+
 def _make_contiguous(
-    capacity_tokens: int, max_model_len: Any = MISSING, placement: Any = "first_fit"
+    capacity_tokens: int,
+    max_model_len: Any = MISSING,
+    placement: Any = "first_fit",
+    num_layers: Any = None,
+    num_window_layers: Any = None,
+    window_tokens: Any = None,
 ) -> Allocator:
     name = "contiguous"
     max_len = int_param(
         name, "max_model_len", required(name, "max_model_len", max_model_len, "slots per slab")
     )
     where = choice_param(name, "placement", placement, available_placements())
+    plan = _window_plan(name, num_layers, num_window_layers, window_tokens)
+    if plan is not None:
+        slots = capacity_tokens * plan.num_layers
+        return WindowedSlabAllocator(
+            name, slots, make_placement(where, slots), reserve_max_model_len(max_len), max_len, plan
+        )
     return SlabAllocator(
         name, capacity_tokens, make_placement(where, capacity_tokens), reserve_max_model_len(max_len), max_len
     )
 
 
 def _make_request_limit(
-    capacity_tokens: int, max_model_len: Any = None, placement: Any = "first_fit", reservation: Any = "limit"
+    capacity_tokens: int,
+    max_model_len: Any = None,
+    placement: Any = "first_fit",
+    reservation: Any = "limit",
+    num_layers: Any = None,
+    num_window_layers: Any = None,
+    window_tokens: Any = None,
 ) -> Allocator:
     name = "request_limit"
     max_len = None if max_model_len is None else int_param(name, "max_model_len", max_model_len)
     where = choice_param(name, "placement", placement, available_placements())
     policy = choice_param(name, "reservation", reservation, sorted(RESERVATION_POLICIES))
+    plan = _window_plan(name, num_layers, num_window_layers, window_tokens)
+    if plan is not None:
+        slots = capacity_tokens * plan.num_layers
+        return WindowedSlabAllocator(
+            name, slots, make_placement(where, slots), RESERVATION_POLICIES[policy](max_len), max_len, plan
+        )
     return SlabAllocator(
         name,
         capacity_tokens,
@@ -71,6 +117,9 @@ def _make_paged(
     enable_prefix_caching: Any = False,
     share_prefixes: Any = True,
     max_model_len: Any = None,
+    num_layers: Any = None,
+    num_window_layers: Any = None,
+    window_tokens: Any = None,
 ) -> Allocator:
     name = "paged"
     size = int_param(name, "block_size", block_size)
@@ -83,13 +132,49 @@ def _make_paged(
     if caching and not sharing:
         raise AllocatorConfigError("paged: enable_prefix_caching=true needs share_prefixes=true")
     max_len = None if max_model_len is None else int_param(name, "max_model_len", max_model_len)
-    return PagedAllocator(
+    paged = PagedAllocator(
         name,
         capacity_tokens,
         size,
         enable_prefix_caching=caching,
         share_prefixes=sharing,
         max_model_len=max_len,
+    )
+    plan = _window_plan(name, num_layers, num_window_layers, window_tokens)
+    return paged if plan is None else UniformWindowAccounting(paged, plan)
+
+
+def _make_hybrid(
+    capacity_tokens: int,
+    block_size: Any = 16,
+    max_model_len: Any = None,
+    num_layers: Any = MISSING,
+    num_window_layers: Any = MISSING,
+    window_tokens: Any = MISSING,
+    enable_prefix_caching: Any = False,
+    prefill_chunk_tokens: Any = None,
+) -> Allocator:
+    """vLLM v1's hybrid KV-cache manager (allocators/hybrid.py); needs a model with window layers."""
+    name = "hybrid"
+    size = int_param(name, "block_size", block_size)
+    if bool_param(name, "enable_prefix_caching", enable_prefix_caching):
+        raise AllocatorConfigError(
+            "hybrid: prefix caching under sliding windows is not modelled yet; use paged for prefix caching"
+        )
+    required(name, "num_window_layers", num_window_layers, "layers with a sliding window")
+    plan = _window_plan(name, num_layers, num_window_layers, window_tokens)
+    if plan is None:
+        raise AllocatorConfigError(
+            "hybrid: the model has no sliding-window layers (num_window_layers 0); use paged"
+        )
+    max_len = None if max_model_len is None else int_param(name, "max_model_len", max_model_len)
+    chunk = (
+        None
+        if prefill_chunk_tokens is None
+        else int_param(name, "prefill_chunk_tokens", prefill_chunk_tokens)
+    )
+    return HybridPagedAllocator(
+        capacity_tokens, size, plan, max_model_len=max_len, prefill_chunk_tokens=chunk
     )
 
 
@@ -99,6 +184,8 @@ def _make_virtual(
     page_bytes: Any = None,
     bytes_per_token_per_layer: Any = MISSING,
     num_layers: Any = None,
+    num_window_layers: Any = None,
+    window_tokens: Any = None,
 ) -> Allocator:
     name = "virtual"
     max_len = int_param(
@@ -125,11 +212,21 @@ def _make_virtual(
             f"more than capacity_tokens ({capacity_tokens})"
         )
     layers = None if num_layers is None else int_param(name, "num_layers", num_layers)
-    return VirtualAllocator(capacity_tokens, max_len, page, per_token, layers)
+    virtual = VirtualAllocator(capacity_tokens, max_len, page, per_token, layers)
+    plan = _window_plan(name, num_layers, num_window_layers, window_tokens)
+    return virtual if plan is None else UniformWindowAccounting(virtual, plan)
 
 
 def _one_max_model_len(params: Mapping[str, Any]) -> tuple[int, str]:
-    return int(params["max_model_len"]), f"one max_model_len={params['max_model_len']} sequence"
+    """One slab of max_model_len; window layers reserve only their window (allocators/windowed.py)."""
+    max_len = int(params["max_model_len"])
+    needed = max_len
+    windowed = params.get("num_window_layers") or 0
+    if windowed:
+        layers = int(params["num_layers"])
+        window = min(max_len, int(params.get("window_tokens") or max_len))
+        needed = -(-((layers - windowed) * max_len + windowed * window) // layers)
+    return needed, f"one max_model_len={max_len} sequence"
 
 
 def _one_block(params: Mapping[str, Any]) -> tuple[int, str]:
@@ -162,8 +259,8 @@ BUILTIN_ENTRIES: tuple[AllocatorEntry, ...] = (
     AllocatorEntry(
         name="contiguous",
         factory=_make_contiguous,
-        params=frozenset({"max_model_len", "placement"}),
-        scenario_params=frozenset({"max_model_len"}),
+        params=frozenset({"max_model_len", "placement"}) | _WINDOW_PARAMS,
+        scenario_params=frozenset({"max_model_len"}) | _WINDOW_PARAMS,
         scenario_defaults=frozenset({"placement"}),
         spec_words=(_PLACEMENT_WORD,),
         min_capacity=_one_max_model_len,
@@ -171,8 +268,8 @@ BUILTIN_ENTRIES: tuple[AllocatorEntry, ...] = (
     AllocatorEntry(
         name="request_limit",
         factory=_make_request_limit,
-        params=frozenset({"max_model_len", "placement", "reservation"}),
-        scenario_params=frozenset({"max_model_len"}),
+        params=frozenset({"max_model_len", "placement", "reservation"}) | _WINDOW_PARAMS,
+        scenario_params=frozenset({"max_model_len"}) | _WINDOW_PARAMS,
         scenario_defaults=frozenset({"placement"}),
         spec_words=(
             SpecWord("reservation", "a reservation", tuple(sorted(RESERVATION_POLICIES))),
@@ -182,8 +279,9 @@ BUILTIN_ENTRIES: tuple[AllocatorEntry, ...] = (
     AllocatorEntry(
         name="paged",
         factory=_make_paged,
-        params=frozenset({"block_size", "enable_prefix_caching", "share_prefixes", "max_model_len"}),
-        scenario_params=frozenset({"block_size", "enable_prefix_caching", "max_model_len"}),
+        params=frozenset({"block_size", "enable_prefix_caching", "share_prefixes", "max_model_len"})
+        | _WINDOW_PARAMS,
+        scenario_params=frozenset({"block_size", "enable_prefix_caching", "max_model_len"}) | _WINDOW_PARAMS,
         scenario_defaults=frozenset({"share_prefixes"}),
         min_capacity=_one_block,
         block_table_layout=True,
@@ -191,11 +289,23 @@ BUILTIN_ENTRIES: tuple[AllocatorEntry, ...] = (
     AllocatorEntry(
         name="virtual",
         factory=_make_virtual,
-        params=frozenset({"max_model_len", "page_bytes", "bytes_per_token_per_layer", "num_layers"}),
-        scenario_params=frozenset({"max_model_len", "bytes_per_token_per_layer", "num_layers"}),
+        params=frozenset({"max_model_len", "page_bytes", "bytes_per_token_per_layer"}) | _WINDOW_PARAMS,
+        scenario_params=frozenset({"max_model_len", "bytes_per_token_per_layer"}) | _WINDOW_PARAMS,
         spec_words=(SpecWord("page_bytes", "a page size such as 64KiB", kind="bytes"),),
         min_capacity=_one_page,
         check=_page_bytes_problem,
         derived_defaults=_default_page,
+    ),
+    AllocatorEntry(
+        name="hybrid",
+        factory=_make_hybrid,
+        params=frozenset({"block_size", "max_model_len", "enable_prefix_caching", "prefill_chunk_tokens"})
+        | _WINDOW_PARAMS,
+        scenario_params=frozenset(
+            {"block_size", "max_model_len", "enable_prefix_caching", "prefill_chunk_tokens"}
+        )
+        | _WINDOW_PARAMS,
+        min_capacity=_one_block,
+        block_table_layout=True,
     ),
 )

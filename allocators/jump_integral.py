@@ -107,6 +107,7 @@ def paged_breakdown_integral(
         "internal": first.internal * total_s,
         "external": first.external * total_s,
         "duplicated": first.duplicated * total_s,
+        "out_of_window": first.out_of_window * total_s,
         "free": first.free * total_s,
         "cached": first.cached * total_s,
     }

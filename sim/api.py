@@ -134,6 +134,9 @@ def simulate(
         kv_bytes_per_token=scenario.kv_bytes_per_token(),
         wall_s=wall_s,
     )
+    # Windowed allocators count in layer-slots (allocators/windowed.py); the summary's capacity is tokens.
+    metrics["kv_capacity_tokens"] = scenario.kv_capacity_tokens()
+    metrics["kv_slots_per_token"] = int(getattr(allocator, "slots_per_token", 1))
     summary: dict[str, Any] = {
         "kvsim_version": sim.__version__,
         "versions": package_versions(),

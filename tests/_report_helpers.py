@@ -122,6 +122,7 @@ def summary_for(
         metrics[f"p99_{column}"] = float(np.percentile(values, 99))
     for part in PARTS:
         metrics[f"kv_{part}_pct"] = _weighted_pct(steps, part)
+    metrics["kv_out_of_window_pct"] = 0.0  # issue 14's part: no sliding window in these fabricated runs
     allocated = 100.0 - metrics["kv_free_pct"]
     metrics["waste_pct"] = (
         0.0 if allocated <= 0 else 100.0 * (1.0 - metrics["kv_token_states_pct"] / allocated)

@@ -296,6 +296,13 @@ def test_hole_stats_and_rejection_reason(name: str) -> None:
         "request_limit": {"max_model_len": 64},
         "paged": {"block_size": 8, "max_model_len": 64},
         "virtual": {"max_model_len": 64, "page_bytes": 32, "bytes_per_token_per_layer": 4},
+        "hybrid": {
+            "block_size": 8,
+            "max_model_len": 64,
+            "num_layers": 1,
+            "num_window_layers": 1,
+            "window_tokens": 64,
+        },
     }[name]
     alloc = make_allocator(name, capacity_tokens=256, **params)
     assert set(alloc.hole_stats()) == set(HOLE_STAT_KEYS)
@@ -377,6 +384,7 @@ def test_every_allocator_satisfies_the_protocol(name: str) -> None:
     required = {
         "contiguous": {"max_model_len": 64},
         "virtual": {"max_model_len": 64, "bytes_per_token_per_layer": 4, "page_bytes": 64},
+        "hybrid": {"num_layers": 1, "num_window_layers": 1, "window_tokens": 16},
     }
     alloc = make_allocator(name, capacity_tokens=256, **required.get(name, {}))
     assert isinstance(alloc, Allocator) and alloc.capacity_tokens == 256

@@ -24,6 +24,7 @@ from _alloc_helpers import (
     check_contiguous,
     check_paged,
 )
+from _window_helpers import check_hybrid, check_hybrid_all_free
 from hypothesis import event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
@@ -65,6 +66,16 @@ PARAM_STRATEGIES: dict[str, st.SearchStrategy[dict[str, Any]]] = {
             "max_model_len": st.just(MAX_MODEL_LEN),
             "page_bytes": st.sampled_from([24, 48, 64]),
             "bytes_per_token_per_layer": st.just(4),
+        }
+    ),
+    # layer counts with gcd 1, so a block is block_size layer-slots (the refusal check below)
+    "hybrid": st.fixed_dictionaries(
+        {
+            "block_size": st.sampled_from([1, 4, 5]),
+            "max_model_len": st.sampled_from([MAX_MODEL_LEN, None]),
+            "num_layers": st.just(3),
+            "num_window_layers": st.sampled_from([1, 2]),
+            "window_tokens": st.integers(1, 40),
         }
     ),
 }
@@ -244,6 +255,30 @@ TestContiguousMachine = _machine_test("contiguous")
 TestRequestLimitMachine = _machine_test("request_limit")
 TestPagedMachine = _machine_test("paged")
 TestVirtualMachine = _machine_test("virtual")
+
+
+class _HybridMachine(AllocatorMachine):
+    """The hybrid allocator (issue 14): the same rules, its own block invariants (_window_helpers.py)."""
+
+    allocator_name = "hybrid"
+
+    @invariant()
+    def consistent(self) -> None:
+        if self.alloc is None:
+            return
+        check_hybrid(self.alloc, {sid: self.model.length(sid) for sid in self.model.labels})
+
+    def teardown(self) -> None:
+        if self.alloc is None:
+            return
+        for sid in self._live():
+            self.alloc.release(sid)
+            self.model.release(sid)
+        check_hybrid_all_free(self.alloc)
+
+
+_HybridMachine.TestCase.settings = settings(settings(), stateful_step_count=40)
+TestHybridMachine = _HybridMachine.TestCase
 
 
 def test_every_allocator_has_a_machine() -> None:

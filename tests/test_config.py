@@ -110,13 +110,13 @@ def test_model_presets(name: str, kv_bytes_per_token: int, max_context: int) -> 
 
 
 def test_every_preset_is_listed_and_names_are_case_insensitive() -> None:
-    assert len(MODEL_PRESETS) == 10 and len(GPU_PRESETS) == 5
+    assert len(MODEL_PRESETS) == 19 and len(GPU_PRESETS) == 7  # issue 14 added 9 models, B200, MI300X
     assert model_preset("meta-llama/Meta-Llama-3-8B").name == "Llama-3-8B"
     assert gpu_preset("h100").name == "H100-80GB"
     assert gpu_preset("a100-80gb").memory_bytes == 80 * GiB
     assert Scenario(model="qwen2.5-7b", gpu="l4", max_model_len=8192).model == "Qwen2.5-7B"
-    with pytest.raises(ValueError, match="unknown gpu preset 'B200'"):
-        gpu_preset("B200")
+    with pytest.raises(ValueError, match="unknown gpu preset 'TPU-v5e'"):
+        gpu_preset("TPU-v5e")
 
 
 # --- KV budget ------------------------------------------------------------------------------------------

@@ -12,7 +12,12 @@ import pytest
 from nbclient import NotebookClient
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-NOTEBOOKS = ("01_three_wastes.ipynb", "02_capacity_planning.ipynb", "03_calibration.ipynb")
+NOTEBOOKS = (
+    "01_three_wastes.ipynb",
+    "02_capacity_planning.ipynb",
+    "03_calibration.ipynb",
+    "04_modern_models.ipynb",
+)
 TINY_REQUESTS = "40"
 
 

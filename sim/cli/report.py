@@ -33,11 +33,16 @@ def register(app: typer.Typer) -> None:
                 "--output", "-o", help="Folder for report.html/report.md/figures (default: common parent)."
             ),
         ] = None,
+        gpu_hour_cost: Annotated[
+            float | None,
+            typer.Option("--gpu-hour-cost", help="USD per GPU-hour: adds USD per 1M output tokens per run."),
+        ] = None,
     ) -> None:
         """Write a self-contained HTML report, a Markdown twin and PNG figures for results folders."""
+        from sim.planning.money import check_gpu_hour_cost
         from sim.reports.report import timed_report
 
-        path, wall_s = timed_report(list(results_dirs), output)
+        path, wall_s = timed_report(list(results_dirs), output, check_gpu_hour_cost(gpu_hour_cost))
         typer.echo(
             f"report written to {path} (and {path.with_suffix('.md').name}, figures/) in {wall_s:.1f} s"
         )

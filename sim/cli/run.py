@@ -32,6 +32,7 @@ SUMMARY_ROWS: tuple[tuple[str, str, str], ...] = (
     ("KV internal frag. (%)", "kv_internal_pct", ".1f"),
     ("KV external frag. (%)", "kv_external_pct", ".1f"),
     ("KV duplicated (%)", "kv_duplicated_pct", ".1f"),
+    ("KV out of window (%)", "kv_out_of_window_pct", ".1f"),
     ("KV free (%)", "kv_free_pct", ".1f"),
     ("waste (% of allocated)", "waste_pct", ".1f"),
     ("mean / max concurrency (seqs)", "_concurrency", ""),
@@ -171,6 +172,10 @@ ConfigOpt = Annotated[Path | None, typer.Option("--config", help="Scenario TOML 
 ModelOpt = Annotated[str | None, typer.Option("--model", help="Model preset (kvsim presets).")]
 GpuOpt = Annotated[str | None, typer.Option("--gpu", help="GPU preset (kvsim presets).")]
 BlockOpt = Annotated[int | None, typer.Option("--block-size", help="Tokens per KV block (paged).")]
+KvDtypeOpt = Annotated[
+    str | None,
+    typer.Option("--kv-cache-dtype", help="KV cache dtype as in vLLM: auto | fp8 | fp8_e4m3 | fp8_e5m2."),
+]
 UtilOpt = Annotated[
     float | None, typer.Option("--gpu-memory-utilization", help="Fraction of GPU memory used.")
 ]
@@ -248,6 +253,7 @@ def _overrides(**flags: Any) -> dict[str, Any]:
         "model": flags["model"],
         "gpu": flags["gpu"],
         "block_size": flags["block_size"],
+        "kv_cache_dtype": flags.get("kv_cache_dtype"),
         "gpu_memory_utilization": flags["gpu_memory_utilization"],
         "kv_cache_memory": flags["kv_cache_memory"],
         "max_model_len": flags["max_model_len"],
@@ -315,6 +321,7 @@ def register(app: typer.Typer) -> None:
         set_pairs: SetOpt = None,
         output: Annotated[Path | None, typer.Option("--output", "-o", help="Results folder.")] = None,
         quiet: QuietOpt = False,
+        kv_cache_dtype: KvDtypeOpt = None,
     ) -> None:
         """Simulate one scenario, print its summary and write its results folder."""
         from sim.api import simulate
@@ -369,6 +376,7 @@ def register(app: typer.Typer) -> None:
             Path, typer.Option("--output", "-o", help="Parent folder: one results folder per allocator.")
         ] = Path("results/compare"),
         quiet: QuietOpt = False,
+        kv_cache_dtype: KvDtypeOpt = None,
     ) -> None:
         """Run the same workload and seed through several allocators and print them side by side."""
         from sim.api import DEFAULT_COMPARE_ALLOCATORS, compare, run_label
@@ -407,12 +415,30 @@ def register(app: typer.Typer) -> None:
         )
 
     @app.command("presets")
-    def presets_command() -> None:
-        """List the model and GPU presets (and what they imply for KV memory)."""
+    def presets_command(
+        model: Annotated[
+            str | None,
+            typer.Option("--model", help="One model (preset name or config.json): its KV per token."),
+        ] = None,
+        kv_cache_dtype: Annotated[
+            str, typer.Option("--kv-cache-dtype", help="auto | fp8 | fp8_e4m3 | fp8_e5m2 (with --model).")
+        ] = "auto",
+        tensor_parallel_size: Annotated[
+            int, typer.Option("--tensor-parallel-size", help="GPUs per replica (with --model).")
+        ] = 1,
+    ) -> None:
+        """List the model and GPU presets (and what they imply for KV memory); --model: one model."""
         from rich.console import Console
         from rich.table import Table
 
         from sim.scenario.presets import gpu_rows, model_rows
+
+        if model is not None:
+            from sim.scenario.model_report import model_kv_lines
+
+            for line in model_kv_lines(model, kv_cache_dtype, tensor_parallel_size):
+                typer.echo(line)
+            return
 
         console = Console(width=140)
         models = Table(title="models", title_justify="left")

@@ -108,6 +108,9 @@ def register(app: typer.Typer) -> None:
             str | None,
             typer.Option("--engine", help="Engine preset: vllm-v0 (default, the paper's) or vllm-v1."),
         ] = None,
+        kv_cache_dtype: Annotated[
+            str | None, typer.Option("--kv-cache-dtype", help="auto | fp8 | fp8_e4m3 | fp8_e5m2 (as vLLM).")
+        ] = None,
         allocators: Annotated[
             str | None,
             typer.Option(
@@ -132,6 +135,12 @@ def register(app: typer.Typer) -> None:
         tensor_parallel_size: Annotated[
             str | None,
             typer.Option("--tensor-parallel-size", help="TP sizes to try for the GPU count, e.g. 1,2."),
+        ] = None,
+        gpu_hour_cost: Annotated[
+            float | None,
+            typer.Option(
+                "--gpu-hour-cost", help="USD per GPU-hour: prints cost per 1M output tokens and per month."
+            ),
         ] = None,
         max_model_lens: Annotated[
             str | None,
@@ -191,6 +200,7 @@ def register(app: typer.Typer) -> None:
             "workload.source": workload,
             "num_prompts": num_prompts,
             "seed": seed,
+            "kv_cache_dtype": kv_cache_dtype,
             "kv_cache_memory": kv_cache_memory,
             "gpu_memory_utilization": gpu_memory_utilization,
             "max_model_len": max_model_len,
@@ -219,6 +229,7 @@ def register(app: typer.Typer) -> None:
             jobs=jobs,
             scheduler=scheduler,
             dask_local=dask_local,
+            gpu_hour_cost=gpu_hour_cost,
         )
         console = Console()
         if not console.is_terminal:  # a pipe or a file: do not squeeze the table into 80 columns
@@ -231,6 +242,8 @@ def register(app: typer.Typer) -> None:
                 f"for {target_rate:g} req/s ({best['max_rate_per_replica_req_s']:.3g} req/s per replica)",
                 highlight=False,
             )
+        for line in plan.cost_lines():
+            console.print(line, highlight=False)
         for key, error in plan.failures.items():
             console.print(f"[red]failed[/] {key}: {error}", highlight=False)
         if output is not None:

@@ -293,6 +293,7 @@ class Engine:
                         cached=first.cached,
                         iterations=iterations,
                         generated_tokens=n_dec * iterations + plan.first_tokens,
+                        out_of_window=first.out_of_window,
                     ),
                 )
             else:

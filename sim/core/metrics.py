@@ -69,6 +69,7 @@ class StepRow(NamedTuple):
     cached: int
     iterations: int  # > 1 for a recorded multi-iteration jump
     generated_tokens: int  # tokens sampled in the row's iterations (decode tokens + first tokens of prefills)
+    out_of_window: int  # slots held for tokens outside the sliding window (issue 14)
 
 
 STEP_COLUMNS: tuple[str, ...] = ("step", "time_s", "duration_s", *StepRow._fields[1:])
@@ -254,8 +255,9 @@ class TimeIntegrals:
         acc[2] += parts.internal * duration_s
         acc[3] += parts.external * duration_s
         acc[4] += parts.duplicated * duration_s
-        acc[5] += parts.free * duration_s
-        acc[6] += parts.cached * duration_s
+        acc[5] += parts.out_of_window * duration_s
+        acc[6] += parts.free * duration_s
+        acc[7] += parts.cached * duration_s
 
     def add_linear(
         self,

@@ -202,11 +202,7 @@ class Scheduler:
         self.admit_after_preemption = admit_after_preemption
         # vLLM v1 allocates blocks for the chunk it schedules (kv_cache_manager.py allocate_slots with
         # num_new_tokens), not for the whole prompt at admission; only allocators that support it
-        self.per_chunk = (
-            allocate_per_chunk
-            and enable_chunked_prefill
-            and allocator.allocates_per_chunk
-        )
+        self.per_chunk = allocate_per_chunk and enable_chunked_prefill and allocator.allocates_per_chunk
         self.swap_space_tokens = swap_space_tokens
         self.swap_block_tokens = max(1, swap_block_tokens)
         self.swap_used_tokens = 0

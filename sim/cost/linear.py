@@ -89,12 +89,10 @@ class LayerShape:
 
 
 def _compute_params(model: Any) -> int:
-    """Parameters whose weights every token multiplies: all of them for a dense model.
-
-    Why a helper: a mixture-of-experts model reads all its weights but computes with only the active
-    experts; when ModelSpec gains `active_params`, this is the one place that changes.
+    """Parameters whose weights every token multiplies: all of them for a dense model, the active
+    experts' for a mixture of experts (which still reads all its weights; `ModelSpec.compute_params`).
     """
-    return int(model.num_params)
+    return int(model.compute_params)
 
 
 @dataclass(frozen=True, slots=True)

@@ -294,6 +294,9 @@ def _sim_record(scenario: Any, run: Any, extra: Mapping[str, Any]) -> dict[str, 
         "seed": scenario.seed,
         "num_prompts": int(metrics.get("num_requests", len(run.requests))),
         "max_num_seqs": scenario.max_num_seqs,
+        # for the cost per token (sim/planning/money.py)
+        "request_throughput": float(metrics.get("request_throughput", 0.0)),
+        "output_throughput": float(metrics.get("output_throughput", 0.0)),
     }
     record.update(extra)
     return record
@@ -473,6 +476,13 @@ class CapacityPlan:
     rows: list[dict[str, Any]]
     failures: dict[str, str] = field(default_factory=dict)
     queue_slope_tolerance: float = DEFAULT_QUEUE_SLOPE_TOLERANCE
+    gpu_hour_cost: float | None = None  # USD per GPU-hour; rows then carry USD figures (capacity_cost.py)
+
+    def cost_lines(self) -> list[str]:
+        """Per row: USD per 1M output tokens and per 1k requests at the max rate, per month at the target."""
+        from sim.planning.money import cost_lines
+
+        return cost_lines(self.rows, self.gpu_hour_cost, self.target_rate_req_s)
 
     def gpu_plan(self) -> dict[str, dict[str, Any]]:
         """Per allocator, the fewest GPUs that serve the target rate at the scenario's max_model_len."""
@@ -538,6 +548,7 @@ class CapacityPlan:
             "slo": asdict(self.slo),
             "slo_text": self.slo.describe(),
             "target_rate_req_s": self.target_rate_req_s,
+            "gpu_hour_cost_usd": self.gpu_hour_cost,
             "stability_rule": self.stability_rule(),
             "gpus_needed": self.gpu_plan(),
             "rows": self.rows,
@@ -697,6 +708,7 @@ def capacity(
     jobs: int | None = None,
     scheduler: str | None = None,
     dask_local: int | None = None,
+    gpu_hour_cost: float | None = None,
 ) -> CapacityPlan:
     """Plan capacity for `scenario` (a Scenario or a scenario TOML path) under `slo`.
 
@@ -710,6 +722,9 @@ def capacity(
     from sim.sweeps.executors import check_backend_args, make_executor
 
     check_backend_args(jobs=jobs, scheduler=scheduler, dask_local=dask_local)
+    from sim.planning.money import add_costs, check_gpu_hour_cost
+
+    gpu_hour_cost = check_gpu_hour_cost(gpu_hour_cost)
 
     if not isinstance(scenario, Scenario):
         scenario = Scenario.from_toml(Path(scenario))
@@ -785,6 +800,7 @@ def capacity(
             )
             row["replicas_needed"] = replicas
             row["gpus_needed"] = gpus
+    add_costs(rows, gpu_hour_cost)
     return CapacityPlan(
         scenario=scenario.to_dict(),
         slo=slo,
@@ -792,6 +808,7 @@ def capacity(
         rows=rows,
         failures=failures,
         queue_slope_tolerance=queue_slope_tolerance,
+        gpu_hour_cost=gpu_hour_cost,
     )
 
 

@@ -38,6 +38,7 @@ PART_COLORS: dict[str, str] = {
     "internal": "#E69F00",  # orange: reserved, never filled
     "external": "#D55E00",  # vermillion: free but the wrong shape
     "duplicated": "#CC79A7",  # purple: second copies of shared prefixes
+    "out_of_window": "#0072B2",  # blue: tokens slid out of a sliding window, still held
     "free": "#D9D9D9",  # light grey: usable free memory
 }
 # Hatches keep the parts apart when the page is printed in grey.
@@ -47,6 +48,7 @@ PART_HATCHES: dict[str, str] = {
     "internal": "//",
     "external": "xx",
     "duplicated": "\\\\",
+    "out_of_window": "--",
     "free": "",
 }
 PART_LABELS: dict[str, str] = {
@@ -55,6 +57,7 @@ PART_LABELS: dict[str, str] = {
     "internal": "internal frag.",
     "external": "external frag.",
     "duplicated": "duplicated",
+    "out_of_window": "out of window",
     "free": "free",
 }
 # Allocators get their own cycle (never a taxonomy colour), in the order the runs are given.
@@ -217,18 +220,20 @@ def taxonomy_over_time(runs: Mapping[str, RunLike]) -> Figure:
         )
         for ax, label in zip(axes[:, 0], labels, strict=True):
             steps = runs[label].steps
-            series = resample_steps(steps, [*BREAKDOWN_PARTS, "capacity"])
+            # results written before issue 14 have no out_of_window column (it was 0 there)
+            parts = [part for part in BREAKDOWN_PARTS if part in steps.columns]
+            series = resample_steps(steps, [*parts, "capacity"])
             capacity = series["capacity"].to_numpy(dtype=float, copy=True)
             capacity[capacity <= 0] = np.nan
-            layers = [100.0 * series[part].to_numpy(dtype=float) / capacity for part in BREAKDOWN_PARTS]
+            layers = [100.0 * series[part].to_numpy(dtype=float) / capacity for part in parts]
             polys = ax.stackplot(
                 series["time_s"].to_numpy(dtype=float),
                 *layers,
-                colors=[PART_COLORS[p] for p in BREAKDOWN_PARTS],
-                labels=[PART_LABELS[p] for p in BREAKDOWN_PARTS],
+                colors=[PART_COLORS[p] for p in parts],
+                labels=[PART_LABELS[p] for p in parts],
                 edgecolor="none",
             )
-            for poly, part in zip(polys, BREAKDOWN_PARTS, strict=True):
+            for poly, part in zip(polys, parts, strict=True):
                 poly.set_hatch(PART_HATCHES[part])
             ax.set_ylim(0, 100)
             ax.set_ylabel("% of KV")

@@ -48,6 +48,7 @@ TABLE_COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("kv_internal_pct", "internal %", "pct"),
     ("kv_external_pct", "external %", "pct"),
     ("kv_duplicated_pct", "duplicated %", "pct"),
+    ("kv_out_of_window_pct", "out of window %", "pct"),
     ("kv_free_pct", "free %", "pct"),
     ("mean_concurrency", "mean conc.", "float2"),
     ("max_concurrency", "max conc.", "count"),
@@ -61,9 +62,35 @@ TABLE_COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("preemptions", "preemptions", "count"),
     ("rejected", "rejections", "count"),
 )
+# Not required of a results folder: the window part (issue 14) is absent from older results ("-").
+OPTIONAL_METRICS: frozenset[str] = frozenset({"kv_out_of_window_pct"})
+# Appended to the table only when `kvsim report --gpu-hour-cost` gives a price.
+COST_COLUMN: tuple[str, str, str] = ("usd_per_million_output_tokens", "USD / 1M output tok.", "float3")
+
+
+def table_columns(runs: Sequence[LoadedRun]) -> tuple[tuple[str, str, str], ...]:
+    """TABLE_COLUMNS, plus the cost column when the runs carry a price."""
+    if any(COST_COLUMN[0] in run.summary["metrics"] for run in runs):
+        return (*TABLE_COLUMNS, COST_COLUMN)
+    return TABLE_COLUMNS
+
+
+def add_gpu_cost(runs: Sequence[LoadedRun], gpu_hour_cost: float | None) -> None:
+    """Each run's USD per million output tokens at its own throughput: price x TP / 3600 / (tok/s) x 1e6."""
+    if gpu_hour_cost is None:
+        return
+    for run in runs:
+        metrics = run.summary["metrics"]
+        gpus = int(_scenario_value(run.summary, "tensor_parallel_size") or 1)
+        throughput = float(metrics.get("output_throughput") or 0.0)
+        metrics["usd_per_million_output_tokens"] = (
+            gpu_hour_cost * gpus / 3600.0 / throughput * 1e6 if throughput > 0 else math.nan
+        )
+
+
 # Every metric the report reads: the table's, plus what the diagnosis and the runs table use.
 REQUIRED_METRICS: tuple[str, ...] = (
-    *(key for key, _, _ in TABLE_COLUMNS),
+    *(key for key, _, _ in TABLE_COLUMNS if key not in OPTIONAL_METRICS),
     "num_requests",
     "completed",
     "duration_s",
@@ -266,7 +293,10 @@ def summary_rows(labels: Sequence[str], runs: Sequence[LoadedRun]) -> list[tuple
     rows = []
     for label, run in zip(labels, runs, strict=True):
         metrics = run.summary["metrics"]
-        cells = [(metrics[key], format_value(metrics[key], kind)) for key, _, kind in TABLE_COLUMNS]
+        cells = [
+            (metrics.get(key, math.nan), format_value(metrics.get(key, math.nan), kind))
+            for key, _, kind in table_columns(runs)
+        ]
         rows.append((label, cells))
     return rows
 
@@ -345,7 +375,7 @@ def render_figures(labels: Sequence[str], runs: Sequence[LoadedRun]) -> dict[str
     """Every figure the runs support, as PNG bytes keyed like FIGURE_FILES (figure 5 only for sweeps)."""
     by_label = dict(zip(labels, runs, strict=True))
     part_pct = {
-        label: {part: float(run.summary["metrics"][f"kv_{part}_pct"]) for part in BREAKDOWN_PARTS}
+        label: {part: float(run.summary["metrics"].get(f"kv_{part}_pct", 0.0)) for part in BREAKDOWN_PARTS}
         for label, run in by_label.items()
     }
     pngs = {
@@ -430,11 +460,11 @@ def render_html(
         "<h2>Summary</h2>",
         '<div class="scroll"><table id="summary"><thead><tr><th class="label">allocator</th>',
     ]
-    out += [f'<th data-metric="{esc(key)}">{esc(header)}</th>' for key, header, _ in TABLE_COLUMNS]
+    out += [f'<th data-metric="{esc(key)}">{esc(header)}</th>' for key, header, _ in table_columns(runs)]
     out.append("</tr></thead><tbody>")
     for label, cells in summary_rows(labels, runs):
         out.append(f'<tr><td class="label">{esc(label)}</td>')
-        for (key, _, _), (raw, shown) in zip(TABLE_COLUMNS, cells, strict=True):
+        for (key, _, _), (raw, shown) in zip(table_columns(runs), cells, strict=True):
             out.append(f'<td data-metric="{esc(key)}" data-value="{esc(json.dumps(raw))}">{esc(shown)}</td>')
         out.append("</tr>")
     out.append("</tbody></table></div>")
@@ -486,7 +516,7 @@ def render_markdown(
     figure_names: Mapping[str, str],
 ) -> str:
     """The Markdown twin of the page; figures are linked as figures/*.png next to it."""
-    headers = ["allocator", *(header for _, header, _ in TABLE_COLUMNS)]
+    headers = ["allocator", *(header for _, header, _ in table_columns(runs))]
     lines = [
         "# kvsim report",
         "",
@@ -495,7 +525,7 @@ def render_markdown(
         "## Summary",
         "",
         "| " + " | ".join(headers) + " |",
-        "|" + "|".join([":---"] + ["---:"] * len(TABLE_COLUMNS)) + "|",
+        "|" + "|".join([":---"] + ["---:"] * len(table_columns(runs))) + "|",
     ]
     for label, cells in summary_rows(labels, runs):
         lines.append("| " + " | ".join([_md_cell(label), *(shown for _, shown in cells)]) + " |")
@@ -557,7 +587,9 @@ def default_output_dir(results_dirs: Sequence[Path]) -> Path:
     return Path(os.path.commonpath([str(Path(p).resolve()) for p in results_dirs]))
 
 
-def report(results_dirs: list[Path], output_dir: Path | None = None) -> Path:
+def report(
+    results_dirs: list[Path], output_dir: Path | None = None, gpu_hour_cost: float | None = None
+) -> Path:
     """Validate the results folders and write report.html, report.md and figures/*.png.
 
     A folder that holds run folders (such as `kvsim compare`'s output) stands for them, a sweep
@@ -569,6 +601,7 @@ def report(results_dirs: list[Path], output_dir: Path | None = None) -> Path:
         raise ResultsError("no results folders given")
     run_dirs = expand_results_dirs(results_dirs)
     runs = [load_results(path) for path in run_dirs]
+    add_gpu_cost(runs, gpu_hour_cost)  # USD per GPU-hour -> a USD / 1M output tokens column
     labels = run_labels(runs)
     output_dir = Path(output_dir) if output_dir is not None else default_output_dir(results_dirs)
     output_dir = check_output_dir(output_dir, what="report folder")
@@ -583,8 +616,10 @@ def report(results_dirs: list[Path], output_dir: Path | None = None) -> Path:
     return output_dir / "report.html"
 
 
-def timed_report(results_dirs: list[Path], output_dir: Path | None = None) -> tuple[Path, float]:
+def timed_report(
+    results_dirs: list[Path], output_dir: Path | None = None, gpu_hour_cost: float | None = None
+) -> tuple[Path, float]:
     """`report` plus its wall time in seconds (for the CLI's one-line summary)."""
     start_s = time.perf_counter()
-    path = report(results_dirs, output_dir)
+    path = report(results_dirs, output_dir, gpu_hour_cost)
     return path, time.perf_counter() - start_s

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from sim.cost.linear import LinearFit
 from sim.scenario.units import parse_bytes
@@ -31,6 +31,19 @@ class ModelSpec(BaseModel):
     dtype_bytes: int = Field(default=2, ge=1, le=8)
     num_params: int = Field(ge=1)
     max_context_tokens: int = Field(ge=1)
+    # Issue 14 (modern models), all optional so the older presets read as before; docs/cost_model.md.
+    intermediate_size: int | None = Field(default=None, ge=1)
+    vocab_size: int | None = Field(default=None, ge=1)
+    kv_lora_rank: int = Field(default=0, ge=0)  # MLA latent width; 0: not MLA
+    qk_rope_head_dim: int = Field(default=0, ge=0)  # MLA's decoupled RoPE key, cached next to the latent
+    sliding_window_tokens: int | None = Field(default=None, ge=1)  # window of the windowed layers
+    num_window_layers: int = Field(default=0, ge=0)  # layers that attend only within the window
+    num_experts: int = Field(default=0, ge=0)  # routed experts per MoE layer; 0: dense
+    experts_per_token: int = Field(default=0, ge=0)
+    active_params: int | None = Field(default=None, ge=1)  # params one token's forward uses; None: all
+    checkpoint_bytes: int | None = Field(
+        default=None, ge=1
+    )  # weights as stored (FP8, MXFP4); None: params x dtype
 
     @field_validator("num_kv_heads")
     @classmethod
@@ -40,13 +53,57 @@ class ModelSpec(BaseModel):
             raise ValueError(f"must divide num_attention_heads={heads} (got {num_kv_heads})")
         return num_kv_heads
 
+    @model_validator(mode="after")
+    def _window_fields_agree(self) -> ModelSpec:
+        if self.num_window_layers > self.num_layers:
+            raise ValueError(
+                f"num_window_layers={self.num_window_layers} exceeds num_layers={self.num_layers}"
+            )
+        if self.num_window_layers and self.sliding_window_tokens is None:
+            raise ValueError("num_window_layers needs sliding_window_tokens")
+        if (self.kv_lora_rank == 0) != (self.qk_rope_head_dim == 0):
+            raise ValueError("MLA needs both kv_lora_rank and qk_rope_head_dim (or neither)")
+        return self
+
+    @property
+    def is_mla(self) -> bool:
+        """Multi-head latent attention (DeepSeek-V2/V3): one compressed latent per token per layer."""
+        return self.kv_lora_rank > 0
+
+    @property
+    def num_full_layers(self) -> int:
+        return self.num_layers - self.num_window_layers
+
+    @property
+    def kv_tensors_per_layer(self) -> int:
+        """K and V (2), or MLA's one latent (1): vLLM's MLAAttentionSpec has no K/V pair."""
+        return 1 if self.is_mla else 2
+
+    def kv_bytes_per_token_per_layer(self, kv_dtype_bytes: int | None = None) -> int:
+        """One layer's KV for one token (all heads, before tensor parallelism).
+
+        MLA: (kv_lora_rank + qk_rope_head_dim) x dtype bytes (DeepSeek-V3: 576 x 2 = 1,152); otherwise
+        2 x kv_heads x head_dim x dtype bytes. `kv_dtype_bytes` is the KV cache dtype (None: the model's).
+        """
+        width = self.dtype_bytes if kv_dtype_bytes is None else kv_dtype_bytes
+        if self.is_mla:
+            return (self.kv_lora_rank + self.qk_rope_head_dim) * width
+        return 2 * self.num_kv_heads * self.head_dim * width
+
     @property
     def kv_bytes_per_token(self) -> int:
-        """K and V of every layer for one token: 2 x layers x kv_heads x head_dim x dtype bytes."""
-        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * self.dtype_bytes
+        """Every layer's KV for one token at the model dtype; window layers count at full size."""
+        return self.num_layers * self.kv_bytes_per_token_per_layer()
+
+    @property
+    def compute_params(self) -> int:
+        """Parameters one token's forward pass multiplies (MoE: the active experts only)."""
+        return self.active_params if self.active_params is not None else self.num_params
 
     @property
     def weight_bytes(self) -> int:
+        if self.checkpoint_bytes is not None:
+            return self.checkpoint_bytes
         return self.num_params * self.dtype_bytes
 
 
@@ -147,6 +204,17 @@ GPU_PRESETS: dict[str, GpuSpec] = {
             name="L4", memory_bytes=23034 * MiB, hbm_bandwidth_bytes_per_s=300e9,
             peak_flops=121e12, pcie_bandwidth_bytes_per_s=32e9,
         ),
+        # NVIDIA HGX B200 datasheet: 180 GB HBM3e, 8 TB/s, 2.25 PFLOP/s dense BF16 (4.5 with sparsity);
+        # host link PCIe Gen5 x16.
+        GpuSpec(
+            name="B200", memory_bytes=180 * 10**9, hbm_bandwidth_bytes_per_s=8e12,
+            peak_flops=2250e12, pcie_bandwidth_bytes_per_s=64e9,
+        ),
+        # AMD Instinct MI300X datasheet: 192 GB HBM3, 5.3 TB/s, 1307.4 TFLOP/s dense BF16; PCIe Gen5 x16.
+        GpuSpec(
+            name="MI300X", memory_bytes=192 * 10**9, hbm_bandwidth_bytes_per_s=5.3e12,
+            peak_flops=1307.4e12, pcie_bandwidth_bytes_per_s=64e9,
+        ),
     )
 }  # fmt: skip
 
@@ -242,6 +310,17 @@ _ALIASES: dict[str, str] = {
     "h100-sxm": "H100-80GB",
     "h200": "H200-141GB",
     "h200-141g": "H200-141GB",
+    "b200-180gb": "B200",
+    "mi300": "MI300X",
+    "meta-llama/llama-3.1-8b": "Llama-3.1-8B",
+    "meta-llama/llama-3.1-70b": "Llama-3.1-70B",
+    "meta-llama/llama-3.1-405b": "Llama-3.1-405B",
+    "qwen/qwen3-32b": "Qwen3-32B",
+    "qwen/qwen3-235b-a22b": "Qwen3-235B-A22B",
+    "deepseek-ai/deepseek-v3": "DeepSeek-V3",
+    "google/gemma-3-27b-it": "Gemma-3-27B",
+    "gemma-3-27b-it": "Gemma-3-27B",
+    "openai/gpt-oss-120b": "gpt-oss-120b",
 }
 
 
@@ -277,6 +356,30 @@ def gpu_preset(name: str) -> GpuSpec:
     return GPU_PRESETS[canonical_gpu_name(name)]
 
 
+def kv_layer_bytes_per_gpu(model: ModelSpec, kv_dtype_bytes: int, tensor_parallel_size: int) -> int:
+    """One layer's K (or V, or MLA latent) bytes for one token on one GPU.
+
+    GQA/MHA: KV heads are split over the TP ranks (replicated when TP exceeds them, as in vLLM).
+    MLA: the latent is not split: vLLM's ModelConfig.get_num_kv_heads (vllm/config/model.py) returns
+    1 per GPU for MLA ("When using MLA during decode it becomes MQA"), not total KV heads / TP, with
+    a head size of kv_lora_rank + qk_rope_head_dim, so every rank holds the whole latent.
+    """
+    if model.is_mla:
+        return model.kv_bytes_per_token_per_layer(kv_dtype_bytes)
+    kv_heads = max(1, model.num_kv_heads // tensor_parallel_size)
+    return kv_heads * model.head_dim * kv_dtype_bytes
+
+
+def kv_bytes_per_token_group(model: ModelSpec, kv_dtype_bytes: int, tensor_parallel_size: int) -> int:
+    """Every layer's KV for one token over the whole TP group (window layers at their full size)."""
+    per_gpu = (
+        model.kv_tensors_per_layer
+        * model.num_layers
+        * kv_layer_bytes_per_gpu(model, kv_dtype_bytes, tensor_parallel_size)
+    )
+    return per_gpu * tensor_parallel_size
+
+
 def model_rows() -> list[dict[str, object]]:
     """One row per model preset, with the derived KV bytes per token (for `kvsim presets`)."""
     return [
@@ -292,3 +395,18 @@ def model_rows() -> list[dict[str, object]]:
 def gpu_rows() -> list[dict[str, object]]:
     """One row per GPU preset (for `kvsim presets`)."""
     return [spec.model_dump() for spec in GPU_PRESETS.values()]
+
+
+def _add_config_presets() -> None:
+    """The issue-14 presets, built from their config.json fields (sim/scenario/model_configs.py) by the
+    `--model config.json` reader, so both paths share one computation."""
+    from sim.scenario.hf_config import spec_from_config
+    from sim.scenario.model_configs import MODEL_CONFIGS, checkpoint_bytes
+
+    for name, config in MODEL_CONFIGS.items():
+        spec = spec_from_config(config, name=name, where=f"preset {name}")
+        stored = checkpoint_bytes(name, spec.num_params, config)
+        MODEL_PRESETS[name] = spec.model_copy(update={"checkpoint_bytes": stored}) if stored else spec
+
+
+_add_config_presets()

@@ -37,6 +37,7 @@ from sim.scenario.presets import (
     canonical_gpu_name,
     canonical_model_name,
     gpu_preset,
+    kv_layer_bytes_per_gpu,
     model_preset,
 )
 from sim.scenario.units import format_bytes, parse_bytes, parse_duration_s
@@ -54,6 +55,9 @@ SCENARIO_OWNED_PARAMS: dict[str, str] = {
     "enable_prefix_caching": "enable_prefix_caching",
     "bytes_per_token_per_layer": "model",
     "num_layers": "model",
+    "num_window_layers": "model",
+    "window_tokens": "model",
+    "prefill_chunk_tokens": "max_num_batched_tokens",
 }
 
 # Activation reserve when the KV budget is derived from gpu_memory_utilization (vLLM measures it with a
@@ -62,6 +66,10 @@ NON_TORCH_RESERVE_BYTES = 512 * 1024**2  # CUDA context, cuBLAS and NCCL workspa
 ACTIVATION_WIDTH_HIDDENS = 10  # live activations per batched token, in units of hidden_size elements
 
 DEFAULT_NUM_PROMPTS = 1000
+
+# vLLM's --kv-cache-dtype values and their bytes per element (None: the model's dtype). fp8 means
+# fp8_e4m3 on CUDA (vllm/config/cache.py CacheDType; vllm/utils STR_DTYPE_TO_TORCH_DTYPE).
+KV_CACHE_DTYPE_BYTES: dict[str, int | None] = {"auto": None, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1}
 
 
 def _allocator_entry(name: str) -> AllocatorEntry:
@@ -217,6 +225,7 @@ class Scenario(BaseModel):
     swap_space: int = Field(default=4 * 1024**3, ge=0)  # CPU swap bytes per GPU (vLLM: --swap-space 4)
     enable_prefix_caching: bool = False  # unset: the engine preset's default
     block_size: int = Field(default=16, ge=1)
+    kv_cache_dtype: Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2"] = "auto"  # vLLM's --kv-cache-dtype
     allocator: AllocatorSpec = Field(default_factory=AllocatorSpec)
     workload: WorkloadSpec = Field(default_factory=WorkloadSpec)
     seed: int = Field(default=0, ge=0)
@@ -255,6 +264,10 @@ class Scenario(BaseModel):
     @classmethod
     def _model_preset_or_spec(cls, value: Any) -> Any:
         if isinstance(value, str):
+            from sim.scenario.hf_config import looks_like_config_path, model_spec_from_file
+
+            if looks_like_config_path(value):
+                return model_spec_from_file(value)
             return canonical_model_name(value)
         return value
 
@@ -413,13 +426,24 @@ class Scenario(BaseModel):
         """KV heads each tensor-parallel rank holds (replicated when tp exceeds the KV heads, as in vLLM)."""
         return max(1, self.model_spec().num_kv_heads // self.tensor_parallel_size)
 
+    def kv_dtype_bytes(self) -> int:
+        """Bytes per KV element: the model's dtype for kv_cache_dtype "auto", 1 for the fp8 variants."""
+        fixed = KV_CACHE_DTYPE_BYTES[self.kv_cache_dtype]
+        return self.model_spec().dtype_bytes if fixed is None else fixed
+
     def kv_bytes_per_token_per_layer_per_gpu(self) -> int:
-        """Bytes of one layer's K (or V) tensor for one token on one GPU: the virtual allocator's unit."""
-        model = self.model_spec()
-        return self.kv_heads_per_gpu() * model.head_dim * model.dtype_bytes
+        """Bytes of one layer's K (or V) tensor for one token on one GPU: the virtual allocator's unit.
+
+        MLA caches one latent per layer, (kv_lora_rank + qk_rope_head_dim) wide, and tensor
+        parallelism does not split it: vLLM's ModelConfig.get_num_kv_heads (vllm/config/model.py)
+        returns 1 per GPU when use_mla ("When using MLA during decode it becomes MQA") and the head
+        size is kv_lora_rank + qk_rope_head_dim, so every rank holds the whole latent (docs/cost_model.md).
+        """
+        return kv_layer_bytes_per_gpu(self.model_spec(), self.kv_dtype_bytes(), self.tensor_parallel_size)
 
     def kv_bytes_per_token_per_gpu(self) -> int:
-        return 2 * self.model_spec().num_layers * self.kv_bytes_per_token_per_layer_per_gpu()
+        model = self.model_spec()
+        return model.kv_tensors_per_layer * model.num_layers * self.kv_bytes_per_token_per_layer_per_gpu()
 
     def kv_bytes_per_token(self) -> int:
         """Bytes one token's KV costs over the whole TP group (OPT-13B: 819,200 = 800 KiB)."""
@@ -473,16 +497,28 @@ class Scenario(BaseModel):
         The scenario supplies the parameters the allocator's entry names in `scenario_params`, from
         its own fields; the rest are the user's `allocator.params`.
         """
+        model = self.model_spec()
         supplied: dict[str, Any] = {
             "max_model_len": self.max_model_len,
             "block_size": self.block_size,
             "enable_prefix_caching": self.enable_prefix_caching,
-            "num_layers": self.model_spec().num_layers,
+            "num_layers": model.num_layers,
             "bytes_per_token_per_layer": self.kv_bytes_per_token_per_layer_per_gpu(),
+            # the model's sliding-window layout (allocators/windowed.py); 0 window layers: none
+            "num_window_layers": model.num_window_layers,
+            "window_tokens": model.sliding_window_tokens,
+            # per-chunk admission of the hybrid manager under chunked prefill
+            "prefill_chunk_tokens": self.max_num_batched_tokens if self.enable_chunked_prefill else None,
         }
         entry = self.allocator.entry()
         params: dict[str, Any] = {"capacity_tokens": self.kv_capacity_tokens(), **self.allocator.params}
-        params.update({key: value for key, value in supplied.items() if key in entry.scenario_params})
+        params.update(
+            {
+                key: value
+                for key, value in supplied.items()
+                if key in entry.scenario_params and value is not None
+            }
+        )
         # Defaults that depend on the engine preset, where the user gave none: the paper's Orca baselines
         # place slabs with the buddy allocator (v0, §6.1); vLLM shares blocks across requests only
         # through its prefix cache (v1 kv_cache_manager `get_computed_blocks` returns nothing with

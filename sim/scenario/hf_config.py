@@ -1,0 +1,235 @@
+"""Read a HuggingFace `config.json` into a ModelSpec: `--model path/to/config.json`.
+
+Why from the config and not a table: every model on the Hub ships one, and the numbers KV memory and
+step time depend on (layers, KV heads, head dim, MLA ranks, window layout, experts) are all in it.
+The parameter count is computed from the same fields (embeddings, attention, MLP or experts, norms),
+so MoE models get both the weights held in memory (`num_params`) and the weights one token uses
+(`active_params`, the cost model's FLOPs). Field names follow transformers' config classes
+(LlamaConfig, Qwen2/3(Moe)Config, MistralConfig, Gemma3TextConfig, DeepseekV3Config, GptOssConfig).
+
+Every problem is one `ScenarioError` line naming the file and the field.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from sim.errors import ScenarioError
+from sim.scenario.presets import ModelSpec
+
+# torch dtype names in config.json -> bytes per element (the KV cache's "auto" dtype, as in vLLM).
+_DTYPE_BYTES: dict[str, int] = {
+    "float32": 4,
+    "float": 4,
+    "bfloat16": 2,
+    "float16": 2,
+    "half": 2,
+    "fp8": 1,
+    "float8_e4m3fn": 1,
+}
+
+
+class _Fields:
+    """Typed access to a config dict, with errors that name the file and the field."""
+
+    def __init__(self, data: dict[str, Any], where: str) -> None:
+        self.data, self.where = data, where
+
+    def fail(self, field: str, message: str) -> ScenarioError:
+        return ScenarioError(f"{self.where}: field '{field}': {message}")
+
+    def int(self, *names: str, default: Any = ..., minimum: int = 1) -> Any:
+        """The first of `names` present, as an int >= minimum; `default` when none is (else an error)."""
+        for name in names:
+            if name in self.data and self.data[name] is not None:
+                value = self.data[name]
+                if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+                    raise self.fail(name, f"must be an integer >= {minimum} (got {value!r})")
+                return value
+        if default is ...:
+            raise self.fail(names[0], "is required")
+        return default
+
+    def bool(self, name: str, default: bool) -> bool:
+        value = self.data.get(name, default)
+        if not isinstance(value, bool):
+            raise self.fail(name, f"must be true or false (got {value!r})")
+        return value
+
+
+def load_config(path: str | Path) -> dict[str, Any]:
+    """The JSON object in `path` (a text_config inside a multimodal config is merged over the top)."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ScenarioError(f"{path}: model config file not found") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ScenarioError(f"{path}: cannot read model config ({exc})") from None
+    except json.JSONDecodeError as exc:
+        raise ScenarioError(f"{path}: invalid JSON at line {exc.lineno}: {exc.msg}") from None
+    if not isinstance(data, dict):
+        raise ScenarioError(f"{path}: a model config must be a JSON object")
+    return data
+
+
+def window_layer_flags(data: dict[str, Any], num_layers: int, where: str = "config") -> list[bool]:
+    """Which layers attend only within `sliding_window` (True), in layer order.
+
+    Sources, in order: `layer_types` ("sliding_attention" / "full_attention"; Gemma 3, gpt-oss,
+    Qwen3 in transformers >= 4.53); `sliding_window_pattern` N (Gemma 3's older configs: every N-th
+    layer is global, the rest local); Gemma 2 (`model_type` gemma2: even layers local); otherwise a
+    `sliding_window` applies to every layer (Mistral-7B-v0.1), unless `use_sliding_window` is false
+    (Qwen2/3 ship a sliding_window value with use_sliding_window false).
+    """
+    fields = _Fields(data, where)
+    window = data.get("sliding_window")
+    if window is None:
+        return [False] * num_layers
+    fields.int("sliding_window")
+    layer_types = data.get("layer_types")
+    if layer_types is not None:
+        if not isinstance(layer_types, list) or len(layer_types) != num_layers:
+            raise fields.fail("layer_types", f"must be a list of {num_layers} layer types")
+        known = {"sliding_attention", "full_attention"}
+        for kind in layer_types:
+            if kind not in known:
+                raise fields.fail(
+                    "layer_types", f"unknown layer type {kind!r} (known: {', '.join(sorted(known))})"
+                )
+        return [kind == "sliding_attention" for kind in layer_types]
+    if "sliding_window_pattern" in data and data["sliding_window_pattern"] is not None:
+        pattern = fields.int("sliding_window_pattern")
+        return [(index + 1) % pattern != 0 for index in range(num_layers)]
+    if data.get("model_type") == "gemma2":
+        return [index % 2 == 0 for index in range(num_layers)]
+    if not fields.bool("use_sliding_window", True):
+        return [False] * num_layers
+    return [True] * num_layers
+
+
+def _attention_params(f: _Fields, hidden: int, heads: int, kv_heads: int, head_dim: int) -> int:
+    """Per layer: Q, K, V, O projections (plus biases and per-head norms where the config has them)."""
+    if f.int("kv_lora_rank", default=0, minimum=0):  # MLA (DeepSeek-V2/V3 modeling code)
+        kv_rank = f.int("kv_lora_rank")
+        rope = f.int("qk_rope_head_dim")
+        nope = f.int("qk_nope_head_dim")
+        v_dim = f.int("v_head_dim")
+        q_rank = f.int("q_lora_rank", default=0, minimum=0)
+        q_head = nope + rope
+        query = hidden * heads * q_head if q_rank == 0 else hidden * q_rank + q_rank + q_rank * heads * q_head
+        kv = hidden * (kv_rank + rope) + kv_rank + kv_rank * heads * (nope + v_dim)
+        return query + kv + heads * v_dim * hidden
+    q, kv = heads * head_dim, kv_heads * head_dim
+    params = hidden * q + 2 * hidden * kv + q * hidden
+    if f.bool("attention_bias", False) or f.data.get("model_type") in ("qwen2", "qwen2_moe"):
+        params += q + 2 * kv + (hidden if f.data.get("model_type") == "gpt_oss" else 0)
+    if f.data.get("model_type", "").startswith(("qwen3", "gemma3")):
+        params += 2 * head_dim  # q_norm and k_norm
+    if f.data.get("model_type") == "gpt_oss":
+        params += heads  # attention sinks
+    return params
+
+
+def _mlp_params(f: _Fields, hidden: int, layer: int) -> tuple[int, int]:
+    """(all, active) MLP parameters of one layer: a gated MLP, or routed + shared experts and a router."""
+    experts = f.int("n_routed_experts", "num_local_experts", "num_experts", default=0, minimum=0)
+    dense_first = f.int("first_k_dense_replace", default=0, minimum=0)
+    sparse_step = f.int("decoder_sparse_step", default=1, minimum=1)
+    mlp_only = f.data.get("mlp_only_layers") or []
+    if experts == 0 or layer < dense_first or layer in mlp_only or (layer + 1) % sparse_step != 0:
+        dense = 3 * hidden * f.int("intermediate_size")
+        return dense, dense
+    per_token = f.int("num_experts_per_tok", "experts_per_token")
+    width = f.int("moe_intermediate_size", default=None) or f.int("intermediate_size")
+    expert = 3 * hidden * width
+    if f.data.get("model_type") == "gpt_oss":  # biased gate_up and down projections
+        expert += 3 * width
+    shared = f.int("n_shared_experts", default=0, minimum=0) * expert
+    router = hidden * experts + (experts if f.data.get("model_type") == "gpt_oss" else 0)
+    return experts * expert + shared + router, per_token * expert + shared + router
+
+
+def count_params(data: dict[str, Any], where: str = "config") -> tuple[int, int]:
+    """(total, active per token) parameters of the decoder as the config describes it.
+
+    Embeddings (and an untied LM head) + per layer attention, MLP or experts and two norms (Gemma:
+    four) + the final norm. MTP heads and vision towers are not counted (not used to serve text).
+    """
+    f = _Fields(data, where)
+    hidden = f.int("hidden_size")
+    heads = f.int("num_attention_heads")
+    kv_heads = f.int("num_key_value_heads", default=heads)
+    head_dim = f.int("head_dim", default=None) or hidden // heads
+    vocab = f.int("vocab_size")
+    layers = f.int("num_hidden_layers")
+    embed = vocab * hidden * (1 if f.bool("tie_word_embeddings", False) else 2)
+    attention = _attention_params(f, hidden, heads, kv_heads, head_dim)
+    norms = (4 if data.get("model_type", "").startswith("gemma") else 2) * hidden
+    if f.int("kv_lora_rank", default=0, minimum=0) and f.int("q_lora_rank", default=0, minimum=0):
+        norms += 0  # the MLA latent norms are counted with attention
+    total = active = embed + hidden
+    for layer in range(layers):
+        mlp_all, mlp_active = _mlp_params(f, hidden, layer)
+        total += attention + mlp_all + norms
+        active += attention + mlp_active + norms
+    return total, active
+
+
+def spec_from_config(data: dict[str, Any], name: str = "custom", where: str = "config") -> ModelSpec:
+    """A ModelSpec from a config dict (`where` names it in errors)."""
+    if isinstance(data.get("text_config"), dict):
+        data = {**data, **data["text_config"]}
+    f = _Fields(data, where)
+    layers = f.int("num_hidden_layers")
+    heads = f.int("num_attention_heads")
+    hidden = f.int("hidden_size")
+    kv_heads = f.int("num_key_value_heads", default=heads)
+    if heads % kv_heads != 0:
+        raise f.fail("num_key_value_heads", f"must divide num_attention_heads={heads} (got {kv_heads})")
+    head_dim = f.int("head_dim", default=None) or hidden // heads
+    if f.int("kv_lora_rank", default=0, minimum=0):  # MLA: a query head is nope + rope wide
+        head_dim = f.int("qk_nope_head_dim") + f.int("qk_rope_head_dim")
+    dtype = data.get("torch_dtype", data.get("dtype", "bfloat16"))
+    if dtype not in _DTYPE_BYTES:
+        raise f.fail("torch_dtype", f"unknown dtype {dtype!r} (known: {', '.join(_DTYPE_BYTES)})")
+    flags = window_layer_flags(data, layers, where)
+    total, active = count_params(data, where)
+    experts = f.int("n_routed_experts", "num_local_experts", "num_experts", default=0, minimum=0)
+    return ModelSpec(
+        name=name,
+        num_layers=layers,
+        num_attention_heads=heads,
+        num_kv_heads=kv_heads,
+        head_dim=head_dim,
+        hidden_size=hidden,
+        dtype_bytes=_DTYPE_BYTES[dtype],
+        num_params=total,
+        max_context_tokens=f.int("max_position_embeddings"),
+        intermediate_size=f.int("intermediate_size", default=None),
+        vocab_size=f.int("vocab_size"),
+        kv_lora_rank=f.int("kv_lora_rank", default=0, minimum=0),
+        qk_rope_head_dim=f.int("qk_rope_head_dim", default=0, minimum=0) if data.get("kv_lora_rank") else 0,
+        sliding_window_tokens=f.int("sliding_window") if any(flags) else None,
+        num_window_layers=sum(flags),
+        num_experts=experts,
+        experts_per_token=f.int("num_experts_per_tok", "experts_per_token", default=0, minimum=0)
+        if experts
+        else 0,
+        active_params=active if active != total else None,
+    )
+
+
+def model_spec_from_file(path: str | Path) -> ModelSpec:
+    """`--model path/to/config.json`: the spec, named after the file's folder (or the file)."""
+    path = Path(path)
+    data = load_config(path)
+    name = path.parent.name if path.name == "config.json" and path.parent.name else path.stem
+    return spec_from_config(data, name=name or "custom", where=str(path))
+
+
+def looks_like_config_path(text: str) -> bool:
+    """Whether a --model value names a file rather than a preset (ends in .json or is a file)."""
+    return text.strip().lower().endswith(".json") or Path(text).is_file()
