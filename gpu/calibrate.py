@@ -206,7 +206,9 @@ def run_calibration(
         if linear:
             from gpu.linear import check_linear  # noqa: PLC0415 - only when the linear layers are timed
 
-            state.linear_checks = check_linear(cp, rng, **({"models": linear_models} if linear_models else {}))
+            state.linear_checks = check_linear(
+                cp, rng, **({"models": linear_models} if linear_models else {})
+            )
         recorder.on_checks(results, state.linear_checks)
         raise_on_failures(results)
         bad_linear = [c for c in state.linear_checks if not c["ok"]]
@@ -222,7 +224,7 @@ def run_calibration(
         )
     state.stage = "ceilings"
     timer = EventTimer(cp, props["l2_cache_bytes"], kernels=kernels, num_sms=num_sms)
-    launches = timer.warm_up(warm_up_s)
+    launches = timer.warm_up(warm_up_s, nbytes=min(2**30, max_point_bytes // 4))
     log(f"warm-up: {launches} streaming reads over {warm_up_s:.1f} s")
     copy_bw, _ = timer.copy_ceiling(min(2 * 2**30, max_point_bytes // 4), repeats)
     read_bw, _ = timer.read_ceiling(min(4 * 2**30, max_point_bytes // 2), repeats)
@@ -252,7 +254,11 @@ def run_calibration(
 
         options = {
             k: v
-            for k, v in {"models": linear_models, "tp_sizes": linear_tp_sizes, "num_tokens": linear_tokens}.items()
+            for k, v in {
+                "models": linear_models,
+                "tp_sizes": linear_tp_sizes,
+                "num_tokens": linear_tokens,
+            }.items()
             if v is not None
         }
         _, state.skipped_linear_rows = run_linear(
@@ -269,7 +275,7 @@ def run_calibration(
     for i, point in enumerate(points):
         if out_of_time():
             state.skipped_points = len(points) - i
-            log(f"grid: time budget of {time_budget_s:.0f} s spent, skipping the last {state.skipped_points} points")
+            log(f"grid: time budget of {time_budget_s:.0f} s spent, skipping {state.skipped_points} points")
             break
         try:
             row = time_point(
@@ -283,7 +289,9 @@ def run_calibration(
             log(f"error: {entry['what']}: {entry['error']}")
             consecutive += 1
             if consecutive >= MAX_CONSECUTIVE_ERRORS:
-                raise GridAborted(f"{consecutive} grid points failed in a row; last: {entry['error']}") from exc
+                raise GridAborted(
+                    f"{consecutive} grid points failed in a row; last: {entry['error']}"
+                ) from exc
             continue
         consecutive = 0
         state.rows.append(row)
@@ -430,4 +438,25 @@ def summary_table(profile: dict[str, Any]) -> str:
                     f"gather {layout} (>=1 GiB points): median {100 * median / copy_bw:.1f}% / best "
                     f"{100 * best / copy_bw:.1f}% of the copy ceiling"
                 )
+    linear = profile.get("linear")
+    if linear:
+        read = linear.get("median_read_fraction_at_1_token")
+        flops = linear.get("median_flops_fraction_at_max_tokens")
+        best = linear.get("best_flops_fraction_at_max_tokens")
+        lines.append(
+            f"linear layers ({linear['rows']} rows, {linear.get('skipped_rows', 0)} skipped): "
+            + (f"weights read at 1 token at {100 * read:.1f}% of the read ceiling (median); " if read else "")
+            + (
+                f"GEMMs at the largest batch at {100 * flops:.1f}% (median) / {100 * best:.1f}% (best) of "
+                f"{linear['peak_flops'] / 1e12:.0f} TFLOP/s"
+                if flops
+                else ""
+            )
+        )
+    if profile.get("errors"):
+        lines.append(
+            f"errors: {len(profile['errors'])} points raised (errors.csv); first: {profile['errors'][0]}"
+        )
+    if profile.get("complete") is False:
+        lines.append(f"INCOMPLETE: {profile.get('failure')}")
     return "\n".join(lines)

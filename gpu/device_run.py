@@ -1,4 +1,4 @@
-"""The device procedure behind gpu/run_device.sh: checks, ceilings, linear layers, grid, fit -- losing nothing.
+"""The device procedure behind gpu/run_device.sh: checks, ceilings, GEMMs, grid, fit -- losing nothing.
 
 Why a module and not `kvsim calibrate`: the GPU machine has CuPy and NumPy but not necessarily the
 simulator's dependencies (SimPy, pydantic, typer), so this entry point needs only gpu/ and argparse.
@@ -159,6 +159,7 @@ def main(argv: list[str] | None = None) -> int:
         "--time-budget-s", type=float, default=270.0, help="stop timing (linear layers, grid) after this"
     )
     parser.add_argument("--no-linear", action="store_true", help="skip the linear layers (GEMMs)")
+    parser.add_argument("--warm-up-s", type=float, default=1.0, help="streaming reads before the ceilings")
     args = parser.parse_args(argv)
     started = time.perf_counter()
 
@@ -182,6 +183,7 @@ def main(argv: list[str] | None = None) -> int:
             time_budget_s=args.time_budget_s,
             log=log,
             linear=not args.no_linear,
+            warm_up_s=args.warm_up_s,
             state=state,
             recorder=recorder,
         )
@@ -197,7 +199,10 @@ def main(argv: list[str] | None = None) -> int:
         code, failure = EXIT_INTERRUPTED, f"interrupted by {exc} during {state.stage}"
     except Exception as exc:  # noqa: BLE001 - anything else: keep what was measured
         traceback.print_exc()
-        code, failure = EXIT_CRASHED, f"{type(exc).__name__} during {state.stage}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        code, failure = (
+            EXIT_CRASHED,
+            f"{type(exc).__name__} during {state.stage}: {str(exc).splitlines()[0] if str(exc) else ''}",
+        )
     finally:
         recorder.close()
         for s, handler in previous.items():
@@ -208,10 +213,10 @@ def main(argv: list[str] | None = None) -> int:
     valid = write_profile(profile, args.out / "profile.json")
     table = summary_table(profile) if profile.get("ceilings") else f"no ceilings measured ({failure})"
     (args.out / "table.txt").write_text(table + "\n")
-    log(
-        f"wrote {args.out / 'profile.json'} ({len(state.rows)} grid rows, {len(state.linear_rows)} linear rows"
-        f"{'' if valid else ', NOT a valid profile: see its key invalid'}), raw.csv, linear.mlp.csv, checks.csv"
-    )
+    rows_note = f"{len(state.rows)} grid rows, {len(state.linear_rows)} linear rows"
+    if not valid:
+        rows_note += ", NOT a valid profile: see its key 'invalid'"
+    log(f"wrote {args.out / 'profile.json'} ({rows_note}), raw.csv, linear.mlp.csv, checks.csv")
     print(table, flush=True)
     print(f"exit {code}: {EXIT_MEANINGS[code]}", flush=True)
     return code

@@ -133,7 +133,9 @@ class LinearLayer:
     op_T(W)[out, in] x X[in, tokens] (transa = T, transb = N).
     """
 
-    def __init__(self, cupy: Any, model: ModelShape, tp: int, rng: np.random.Generator, max_tokens: int) -> None:
+    def __init__(
+        self, cupy: Any, model: ModelShape, tp: int, rng: np.random.Generator, max_tokens: int
+    ) -> None:
         self.cupy = cupy
         self.model = model
         self.tp = tp
@@ -198,11 +200,11 @@ def _bf16_to_f64(bits: np.ndarray) -> np.ndarray:
 
 
 def check_linear(
-    cupy: Any, rng: np.random.Generator, models: Iterable[ModelShape] = MODEL_SHAPES, tokens: int = 7
+    cupy: Any, rng: np.random.Generator, models: Iterable[ModelShape] | None = None, tokens: int = 7
 ) -> list[dict[str, Any]]:
     """Every op of every model (at its largest TP, the smallest weights) against the host reference."""
     results = []
-    for model in models:
+    for model in MODEL_SHAPES if models is None else models:
         tp = max(TP_SIZES)
         layer = LinearLayer(cupy, model, tp, rng, max_tokens=tokens)
         for op in OPS:
@@ -243,9 +245,9 @@ def run_linear(
     timer: Any,
     rng: np.random.Generator,
     *,
-    models: Iterable[ModelShape] = MODEL_SHAPES,
-    tp_sizes: Iterable[int] = TP_SIZES,
-    num_tokens: Iterable[int] = NUM_TOKENS,
+    models: Iterable[ModelShape] | None = None,
+    tp_sizes: Iterable[int] | None = None,
+    num_tokens: Iterable[int] | None = None,
     repeats: int = 20,
     on_row: Callable[[dict[str, Any]], None] = lambda row: None,
     on_error: Callable[[dict[str, Any]], None] = lambda entry: None,
@@ -254,10 +256,11 @@ def run_linear(
     """Time every (model, TP, batch tokens) row; returns (rows, rows skipped by `deadline`).
 
     Each row is handed to `on_row` as soon as it is measured (the device script appends it to the
-    CSV); an exception in one row goes to `on_error` and the run goes on with the next.
+    CSV); an exception in one row goes to `on_error` and the run goes on with the next. Unset
+    arguments take the module's MODEL_SHAPES, TP_SIZES and NUM_TOKENS (read at call time).
     """
-    tokens = tuple(num_tokens)
-    plan = [(m, tp) for m in models for tp in tp_sizes]
+    tokens = tuple(NUM_TOKENS if num_tokens is None else num_tokens)
+    plan = [(m, tp) for m in (MODEL_SHAPES if models is None else models) for tp in (tp_sizes or TP_SIZES)]
     rows: list[dict[str, Any]] = []
     skipped = 0
     for i, (model, tp) in enumerate(plan):
@@ -305,6 +308,7 @@ def linear_summary(rows: list[dict[str, Any]], read_bytes_per_s: float, peak_flo
     key = ("n_head", "n_kv_head", "n_embd", "n_expanded_embd")
     shapes = {tuple(getattr(m, k) for k in key): m for m in MODEL_SHAPES}
     read_fractions, flop_fractions = [], []
+    max_tokens = max((int(r["num_tokens"]) for r in rows), default=0)
     for row in rows:
         model = shapes.get(tuple(int(row[k]) for k in key))
         if model is None:
@@ -314,7 +318,7 @@ def linear_summary(rows: list[dict[str, Any]], read_bytes_per_s: float, peak_flo
             n = int(row["num_tokens"])
             if n == 1:
                 read_fractions.append(gemm_bytes(n, i, o) / t / read_bytes_per_s)
-            if n == max(NUM_TOKENS):
+            if n == max_tokens:
                 flop_fractions.append(gemm_flops(n, i, o) / t / peak_flops)
     if read_fractions:
         out["median_read_fraction_at_1_token"] = float(np.median(read_fractions))

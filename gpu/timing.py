@@ -58,7 +58,12 @@ def summarize(samples_s: Sequence[float], launches_per_sample: int = 1) -> Timin
         raise ValueError(f"need finite non-negative timing samples, got {samples_s!r}")
     p10, median, p90 = np.percentile(values, [10, 50, 90])
     return Timing(
-        float(median), float(p10), float(p90), int(values.size), launches_per_sample, tuple(map(float, values))
+        float(median),
+        float(p10),
+        float(p90),
+        int(values.size),
+        launches_per_sample,
+        tuple(map(float, values)),
     )
 
 
@@ -75,9 +80,7 @@ class EventTimer:
 
     graph_below_s: float = GRAPH_BELOW_S  # kernels faster than this are timed as CUDA graphs
 
-    def __init__(
-        self, cupy: ModuleType, l2_bytes: int | None = None, *, kernels: Any, num_sms: int
-    ) -> None:
+    def __init__(self, cupy: ModuleType, l2_bytes: int | None = None, *, kernels: Any, num_sms: int) -> None:
         self.cupy = cupy
         if l2_bytes is None:
             l2_bytes = int(cupy.cuda.runtime.getDeviceProperties(0)["l2CacheSize"])
@@ -183,28 +186,28 @@ class EventTimer:
         the rest of the run.
         """
         cp = self.cupy
-        src = cp.empty(nbytes, dtype=cp.uint8)
-        dst = cp.empty(nbytes, dtype=cp.uint8)
-        src.fill(1)
-        stream_ptr = self.stream.ptr
+        buffers = [cp.empty(nbytes, dtype=cp.uint8), cp.empty(nbytes, dtype=cp.uint8)]  # src, dst
+        buffers[0].fill(1)
+        src_ptr, dst_ptr, stream_ptr = buffers[0].data.ptr, buffers[1].data.ptr, self.stream.ptr
 
         def run() -> None:
             cp.cuda.runtime.memcpyAsync(
-                dst.data.ptr, src.data.ptr, nbytes, cp.cuda.runtime.memcpyDeviceToDevice, stream_ptr
+                dst_ptr, src_ptr, nbytes, cp.cuda.runtime.memcpyDeviceToDevice, stream_ptr
             )
 
         timing = self.time([run], repeats=repeats)
-        del run, src, dst
+        buffers.clear()
         self.free_pool()
         return 2 * nbytes / timing.median_s, timing
 
     def read_ceiling(self, nbytes: int, repeats: int = MIN_REPEATS) -> tuple[float, Timing]:
         """Streaming-read bandwidth of the stream_read kernel over `nbytes` (bytes/s); buffer freed after."""
         cp = self.cupy
-        src = cp.ones(nbytes // 16 * 16, dtype=cp.uint8)
-        sink = cp.zeros(1, dtype=cp.uint32)
-        timing = self.time([lambda: self.kernels.stream_read(src, sink, self.num_sms)], repeats=repeats)
-        measured = int(src.nbytes)
-        del src, sink
+        buffers = [cp.ones(nbytes // 16 * 16, dtype=cp.uint8), cp.zeros(1, dtype=cp.uint32)]  # src, sink
+        measured = int(buffers[0].nbytes)
+        timing = self.time(
+            [lambda: self.kernels.stream_read(buffers[0], buffers[1], self.num_sms)], repeats=repeats
+        )
+        buffers.clear()
         self.free_pool()
         return measured / timing.median_s, timing

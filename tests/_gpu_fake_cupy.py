@@ -229,7 +229,11 @@ class _Streams:
         return self.null
 
     def register(self, array: np.ndarray) -> None:
-        self.allocations[id(array)] = (array.__array_interface__["data"][0], int(array.nbytes), weakref.ref(array))
+        self.allocations[id(array)] = (
+            array.__array_interface__["data"][0],
+            int(array.nbytes),
+            weakref.ref(array),
+        )
 
     def forget(self, key: int) -> None:
         self.pending.pop(key, None)
@@ -426,6 +430,10 @@ def _gather(paged: bool, args: tuple) -> None:
         vo[(dst[:, None] + cols).reshape(-1)] = vp[(src[:, None] + cols).reshape(-1)]
 
 
+# Tests set this: the attention kernel then skips the last token of every sequence longer than it.
+PLANTED_DROP_LAST_TOKEN_ABOVE: int | None = None
+
+
 def _attention_partial(paged: bool, dtype: int, head_dim: int, group: int, grid: tuple, args: tuple) -> None:
     (q, k_pool, v_pool, table, max_blocks, starts, lengths, chunk_seq, chunk_start, chunk_tokens, block_size,
      kv_heads, scale_log2, part_m, part_l, part_acc) = args  # fmt: skip
@@ -436,7 +444,14 @@ def _attention_partial(paged: bool, dtype: int, head_dim: int, group: int, grid:
     v_bits = np.asarray(v_pool).reshape(-1).view(np.uint16).reshape(-1, kv_heads, head_dim)
     pm, pl, pa = part_m.reshape(-1), part_l.reshape(-1), part_acc.reshape(-1, head_dim)
     for c, (seq, t0) in enumerate(zip(chunk_seq.tolist(), chunk_start.tolist(), strict=True)):
-        t = np.arange(t0, min(t0 + int(chunk_tokens), int(lengths[seq])))
+        end = int(lengths[seq])
+        if PLANTED_DROP_LAST_TOKEN_ABOVE is not None and end > PLANTED_DROP_LAST_TOKEN_ABOVE:
+            end -= 1
+        t = np.arange(t0, min(t0 + int(chunk_tokens), end))
+        if t.size == 0:  # as the CUDA kernel leaves an empty chunk: max -inf, sum 0, accumulator 0
+            for idx in range((c * kv_heads) * group, (c * kv_heads + kv_heads) * group):
+                pm[idx], pl[idx], pa[idx] = -np.inf, 0.0, 0.0
+            continue
         slots = _slot(paged, table, int(max_blocks), starts, seq, t, int(block_size))
         kf = _bits_to_f32(k_bits[slots], dtype)  # [tokens, kv_heads, head_dim]
         vf = _bits_to_f32(v_bits[slots], dtype)
