@@ -200,13 +200,21 @@ def _bf16_to_f64(bits: np.ndarray) -> np.ndarray:
 
 
 def check_linear(
-    cupy: Any, rng: np.random.Generator, models: Iterable[ModelShape] | None = None, tokens: int = 7
+    cupy: Any,
+    rng: np.random.Generator,
+    models: Iterable[ModelShape] | None = None,
+    tokens: int = 7,
+    tp: int | None = None,
 ) -> list[dict[str, Any]]:
-    """Every op of every model (at its largest TP, the smallest weights) against the host reference."""
+    """Every op of every model against a host reference (default: at the largest TP, the smallest weights).
+
+    The input has room for twice `tokens` rows, so a launch that reads the wrong rows reads real data
+    (and fails the comparison) rather than running off the end.
+    """
     results = []
+    tp = max(TP_SIZES) if tp is None else tp
     for model in MODEL_SHAPES if models is None else models:
-        tp = max(TP_SIZES)
-        layer = LinearLayer(cupy, model, tp, rng, max_tokens=tokens)
+        layer = LinearLayer(cupy, model, tp, rng, max_tokens=2 * tokens)
         for op in OPS:
             err = layer.check(op, tokens)
             results.append(
