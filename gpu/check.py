@@ -48,7 +48,6 @@ from gpu.reference import decode_attention_reference, gather_reference
 from gpu.replicas import replica_elems, replica_views
 
 ATTN_REL_TOL = 1e-4  # per-sequence; see the module docstring for where it comes from
-REL_TOL = ATTN_REL_TOL  # the old name
 LONG_TOKENS = (
     1100  # > the largest attention chunk (1024), so a long sequence spans a full and a partial chunk
 )

@@ -164,7 +164,11 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
 
     def log(message: str) -> None:
-        print(f"[{time.perf_counter() - started:6.1f}s] {message}", flush=True)
+        """Print with the elapsed time; a closed stdout (tee killed with the call) must not stop the run."""
+        try:
+            print(f"[{time.perf_counter() - started:6.1f}s] {message}", flush=True)
+        except OSError:
+            pass
 
     from gpu.calibrate import CalibrationState, build_profile, run_calibration, summary_table
 
@@ -208,17 +212,18 @@ def main(argv: list[str] | None = None) -> int:
         for s, handler in previous.items():
             signal.signal(s, handler)
     if profile is None:
-        log(f"FAILED: {failure}; writing a partial profile from {len(state.rows)} grid rows")
         profile = build_profile(state, complete=False, failure=failure)
-    valid = write_profile(profile, args.out / "profile.json")
+    valid = write_profile(profile, args.out / "profile.json")  # first: the log may be gone
     table = summary_table(profile) if profile.get("ceilings") else f"no ceilings measured ({failure})"
     (args.out / "table.txt").write_text(table + "\n")
+    if failure:
+        log(f"FAILED: {failure}; wrote a partial profile from {len(state.rows)} grid rows")
     rows_note = f"{len(state.rows)} grid rows, {len(state.linear_rows)} linear rows"
     if not valid:
         rows_note += ", NOT a valid profile: see its key 'invalid'"
     log(f"wrote {args.out / 'profile.json'} ({rows_note}), raw.csv, linear.mlp.csv, checks.csv")
-    print(table, flush=True)
-    print(f"exit {code}: {EXIT_MEANINGS[code]}", flush=True)
+    log(f"table:\n{table}")
+    log(f"exit {code}: {EXIT_MEANINGS[code]}")
     return code
 
 
