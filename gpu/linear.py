@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from gpu.errors import GpuError
+from gpu.layer_ops import ELEMENTWISE_OPS, LayerOps, compile_layer_ops
 from gpu.layouts import DTYPE_BYTES, fill_random_bits
 
 # cuBLAS / CUDA enum values (cublas_api.h: cublasOperation_t, cublasComputeType_t, cublasGemmAlgo_t;
@@ -45,7 +46,12 @@ CUDA_R_16BF = 14
 CUBLAS_COMPUTE_32F = 68
 CUBLAS_GEMM_DEFAULT = -1
 
-OPS: tuple[str, ...] = ("attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj")
+GEMM_OPS: tuple[str, ...] = ("attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj")
+# Every per-layer op of Vidur's files, in their column order: what kvsim's reader sums per row.
+OPS: tuple[str, ...] = (
+    "input_layernorm", "attn_pre_proj", "attn_rope", "attn_post_proj", "post_attention_layernorm",
+    "mlp_up_proj", "mlp_act", "mlp_down_proj", "add",
+)  # fmt: skip
 STATS: tuple[str, ...] = ("min", "max", "mean", "median", "std")
 SHAPE_COLUMNS: tuple[str, ...] = (
     "n_head", "n_kv_head", "n_embd", "n_expanded_embd", "vocab_size", "use_gated_mlp", "num_tokens",
@@ -94,6 +100,16 @@ class ModelShape:
             "mlp_down_proj": (self.n_expanded_embd // tp, self.n_embd),
         }
 
+    def elementwise_shapes(self, tp: int) -> dict[str, int]:
+        """What the norms, rotary, activation and add see on one GPU of the TP group."""
+        return {
+            "hidden": self.n_embd,
+            "q_heads": self.n_head // tp,
+            "kv_heads": max(self.n_kv_head // tp, 1),
+            "head_dim": self.head_dim,
+            "inter": self.n_expanded_embd // tp,
+        }
+
     def shape_row(self, tp: int, num_tokens: int) -> dict[str, Any]:
         return {
             "n_head": self.n_head,
@@ -126,7 +142,7 @@ def gemm_bytes(tokens: int, in_features: int, out_features: int) -> int:
 
 
 class LinearLayer:
-    """One (model, TP) layer's four weight matrices on the device, and its GEMM launcher.
+    """One (model, TP) layer's four weight matrices and its elementwise ops' buffers; launchers of all nine.
 
     Weights are stored as PyTorch stores them, [out_features, in_features] row-major, and launched as
     vLLM's F.linear is: y = x W^T, which in cuBLAS's column-major terms is C[out, tokens] =
@@ -134,8 +150,15 @@ class LinearLayer:
     """
 
     def __init__(
-        self, cupy: Any, model: ModelShape, tp: int, rng: np.random.Generator, max_tokens: int
+        self,
+        cupy: Any,
+        model: ModelShape,
+        tp: int,
+        rng: np.random.Generator,
+        max_tokens: int,
+        module: Any = None,
     ) -> None:
+        """`module`: the compiled gpu/layer_ops.cu (compile_layer_ops), shared by every layer of a run."""
         self.cupy = cupy
         self.model = model
         self.tp = tp
@@ -152,13 +175,18 @@ class LinearLayer:
         self._alpha = np.ones(1, dtype=np.float32)
         self._beta = np.zeros(1, dtype=np.float32)
         self._handle = cupy.cuda.device.get_cublas_handle()
+        module = compile_layer_ops(cupy) if module is None else module
+        self.elementwise = LayerOps(cupy, module, model.elementwise_shapes(tp), rng, max_tokens)
 
     @property
     def weight_bytes(self) -> int:
         return sum(int(w.nbytes) for w in self.weights.values())
 
     def launch(self, op: str, tokens: int) -> None:
-        """y[:tokens, :out] = x[:tokens, :in] @ W_op^T, on the current stream (CuPy sets it on the handle)."""
+        """One op over `tokens` rows, on the current stream; a GEMM computes y = x W_op^T."""
+        if op in ELEMENTWISE_OPS:
+            self.elementwise.launch(op, tokens)
+            return
         if not 1 <= tokens <= self.max_tokens:
             raise GpuError(f"tokens must be in [1, {self.max_tokens}], got {tokens}")
         in_f, out_f = self.shapes[op]
@@ -175,7 +203,10 @@ class LinearLayer:
 
         Why: a swapped transpose or leading dimension gives plausible timings and wrong shapes; the
         check runs before any timing. Relative to max |ref| per token row (bf16 output rounding ~4e-3).
+        Elementwise ops are checked by LayerOps.check.
         """
+        if op in ELEMENTWISE_OPS:
+            return self.elementwise.check(op, tokens)
         cp = self.cupy
         in_f, out_f = self.shapes[op]
         cols = min(out_f, max_columns)
@@ -193,6 +224,7 @@ class LinearLayer:
     def free(self) -> None:
         self.weights.clear()
         self.x = self.y = None
+        self.elementwise.free()
 
 
 def _bf16_to_f64(bits: np.ndarray) -> np.ndarray:
@@ -213,8 +245,9 @@ def check_linear(
     """
     results = []
     tp = max(TP_SIZES) if tp is None else tp
+    module = compile_layer_ops(cupy)
     for model in MODEL_SHAPES if models is None else models:
-        layer = LinearLayer(cupy, model, tp, rng, max_tokens=2 * tokens)
+        layer = LinearLayer(cupy, model, tp, rng, max_tokens=2 * tokens, module=module)
         for op in OPS:
             err = layer.check(op, tokens)
             results.append(
@@ -271,11 +304,12 @@ def run_linear(
     plan = [(m, tp) for m in (MODEL_SHAPES if models is None else models) for tp in (tp_sizes or TP_SIZES)]
     rows: list[dict[str, Any]] = []
     skipped = 0
+    module = compile_layer_ops(cupy)
     for i, (model, tp) in enumerate(plan):
         if deadline():
             skipped += (len(plan) - i) * len(tokens)
             break
-        layer = LinearLayer(cupy, model, tp, rng, max_tokens=max(tokens))
+        layer = LinearLayer(cupy, model, tp, rng, max_tokens=max(tokens), module=module)
         for j, n in enumerate(tokens):
             if deadline():
                 skipped += len(tokens) - j
@@ -321,7 +355,7 @@ def linear_summary(rows: list[dict[str, Any]], read_bytes_per_s: float, peak_flo
         model = shapes.get(tuple(int(row[k]) for k in key))
         if model is None:
             continue
-        for op, (i, o) in model.op_shapes(int(row["num_tensor_parallel_workers"])).items():
+        for op, (i, o) in model.op_shapes(int(row["num_tensor_parallel_workers"])).items():  # GEMMs
             t = float(row[f"time_stats.{op}.median"]) * 1e-3
             n = int(row["num_tokens"])
             if n == 1:

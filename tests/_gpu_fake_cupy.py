@@ -482,6 +482,58 @@ def _attention_reduce(grid: tuple, args: tuple) -> None:
             o[b, qh] = (w[:, None] * acc[idx]).sum(0) / (w * part_l.reshape(-1)[idx]).sum()
 
 
+# The elementwise ops of gpu/layer_ops.cu, emulated in float32 from their signatures.
+
+
+def _bf(bits: np.ndarray) -> np.ndarray:
+    return (np.asarray(bits).reshape(-1).view(np.uint16).astype(np.uint32) << 16).view(np.float32)
+
+
+def _to_bf(values: np.ndarray) -> np.ndarray:
+    u = np.asarray(values, dtype=np.float32).view(np.uint32)
+    return ((u + ((u >> 16) & 1) + np.uint32(0x7FFF)) >> 16).astype(np.uint16)
+
+
+def _rms_norm(grid: tuple, args: tuple) -> None:
+    x, w, y, hidden, eps = args
+    rows = _bf(x)[: grid[0] * int(hidden)].reshape(grid[0], int(hidden))
+    inv = 1.0 / np.sqrt((rows * rows).mean(axis=1, keepdims=True, dtype=np.float32) + np.float32(eps))
+    y.reshape(-1)[: rows.size] = _to_bf((rows * inv * _bf(w)[None, : int(hidden)]).reshape(-1))
+
+
+def _residual_add(grid: tuple, args: tuple) -> None:
+    a, b, out, n = args
+    out.reshape(-1)[: int(n)] = _to_bf(_bf(a)[: int(n)] + _bf(b)[: int(n)])
+
+
+def _silu_and_mul(grid: tuple, args: tuple) -> None:
+    x, out, inter, n = args
+    i = np.arange(int(n))
+    t, j = i // int(inter), i % int(inter)
+    flat = _bf(x)
+    g, u = flat[t * 2 * int(inter) + j], flat[t * 2 * int(inter) + int(inter) + j]
+    out.reshape(-1)[: int(n)] = _to_bf(g / (1 + np.exp(-g)) * u)
+
+
+def _rotary_neox(grid: tuple, args: tuple) -> None:
+    q, k, cos_sin, positions, q_heads, kv_heads, head_dim = args
+    tokens, half, d = grid[0], int(head_dim) // 2, int(head_dim)
+    cs = np.asarray(cos_sin).reshape(-1, d)[np.asarray(positions)[:tokens]]
+    for buf, heads in ((q, int(q_heads)), (k, int(kv_heads))):
+        rows = _bf(buf)[: tokens * heads * d].reshape(tokens, heads, d)
+        x1, x2 = rows[..., :half], rows[..., half:]
+        c, s = cs[:, None, :half], cs[:, None, half:]
+        buf.reshape(-1)[: rows.size] = _to_bf(
+            np.concatenate([x1 * c - x2 * s, x2 * c + x1 * s], axis=2).reshape(-1)
+        )
+
+
+_LAYER_OPS = {
+    "rms_norm": _rms_norm, "residual_add": _residual_add, "silu_and_mul": _silu_and_mul,
+    "rotary_neox": _rotary_neox,
+}  # fmt: skip
+
+
 class _Kernel:
     def __init__(self, name: str) -> None:
         self.name = name
@@ -516,6 +568,8 @@ class _Kernel:
             _attention_partial(targs[0] == "true", int(targs[1]), int(targs[2]), int(targs[3]), grid, args)
         elif base == "decode_attention_reduce":
             _attention_reduce(grid, args)
+        elif base in _LAYER_OPS:
+            _LAYER_OPS[base](grid, args)
         elif base == "stream_read":
             src, n_vecs, sink = args
             assert src.nbytes // 16 == int(n_vecs)
@@ -527,8 +581,11 @@ class RawModule:
     def __init__(
         self, code: str, options: tuple = (), name_expressions: list | None = None, backend: str = ""
     ) -> None:
-        assert "decode_attention_partial" in code
-        self.names = set(name_expressions or [])
+        assert "decode_attention_partial" in code or "rotary_neox" in code
+        # templates need name expressions; extern "C" kernels are found by their plain names
+        self.names = set(name_expressions or []) | set(
+            re.findall(r'extern "C" __global__ void\s+(?:__launch_bounds__\([^)]*\)\s*)?(\w+)\(', code)
+        )
 
     def get_function(self, name: str) -> _Kernel:
         assert name in self.names, f"{name} was not instantiated"

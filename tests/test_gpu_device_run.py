@@ -217,7 +217,7 @@ def test_a_complete_run_writes_a_handful_of_0644_files(small_run, tmp_path) -> N
     assert _csv_rows(tmp_path / "linear.mlp.csv") == 6  # 1 model x 2 TP sizes x 3 batch sizes
     assert (tmp_path / "linear.mlp.csv").read_text().splitlines()[0].split(",") == list(CSV_COLUMNS)
     checks = (tmp_path / "checks.csv").read_text().splitlines()
-    assert len(checks) == 1 + 2 * 2 * 2 + 3 * 2 * 2 + 4  # instantiations, families, GEMMs
+    assert len(checks) == 1 + 2 * 2 * 2 + 3 * 2 * 2 + 9  # instantiations, families, the 9 layer ops
     assert all(line.endswith("True") for line in checks[1:])
     assert profile["linear"]["rows"] == 6 and "linear layers (6 rows" in (tmp_path / "table.txt").read_text()
 

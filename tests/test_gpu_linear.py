@@ -12,6 +12,7 @@ from _gpu_helpers import fake_device  # noqa: F401 - fixture
 
 from gpu.linear import (
     CSV_COLUMNS,
+    GEMM_OPS,
     MODEL_SHAPES,
     OPS,
     LinearLayer,
@@ -63,15 +64,42 @@ def test_model_rows_and_columns_match_vidurs_files() -> None:
 
 
 @pytest.mark.parametrize("tp", [1, 2])
-def test_every_gemm_matches_the_host_reference_on_the_stand_in(fake_device, tp) -> None:  # noqa: F811
+def test_every_op_matches_the_host_reference_on_the_stand_in(fake_device, tp) -> None:  # noqa: F811
     layer = LinearLayer(fake_device, TINY, tp, np.random.default_rng(0), max_tokens=8)
     fake_device.gemm_calls.clear()
     for op in OPS:
         assert layer.check(op, tokens=5) < 1e-2, op
     in_out = TINY.op_shapes(tp)
     assert [(c["m"], c["n"], c["k"], c["transa"], c["transb"]) for c in fake_device.gemm_calls] == [
-        (in_out[op][1], 5, in_out[op][0], 1, 0) for op in OPS
+        (in_out[op][1], 5, in_out[op][0], 1, 0) for op in GEMM_OPS
     ]
+
+
+def test_vidurs_nine_per_layer_ops_are_all_timed() -> None:
+    assert set(GEMM_OPS) < set(OPS) and len(OPS) == 9
+    assert [c.split(".")[1] for c in CSV_COLUMNS if c.endswith(".median")] == list(OPS)
+
+
+@pytest.mark.parametrize("op", ["input_layernorm", "attn_rope", "mlp_act", "add"])
+def test_a_wrong_elementwise_kernel_fails_its_check(fake_device, monkeypatch, op) -> None:  # noqa: F811
+    layer = LinearLayer(fake_device, TINY, 1, np.random.default_rng(0), max_tokens=8)
+    names = {
+        "input_layernorm": "rms_norm",
+        "attn_rope": "rotary_neox",
+        "mlp_act": "silu_and_mul",
+        "add": "residual_add",
+    }
+    original = fake_device._LAYER_OPS[names[op]]
+
+    def off_by_one(grid, args):  # the kernel sees one token fewer (rows) or one element fewer (flat ops)
+        args = list(args)
+        if op in ("add", "mlp_act"):
+            args[-1] = np.int64(int(args[-1]) - 1)
+            return original(grid, tuple(args))
+        return original((grid[0] - 1,), tuple(args))
+
+    monkeypatch.setitem(fake_device._LAYER_OPS, names[op], off_by_one)
+    assert layer.check(op, tokens=5) > 1e-2
 
 
 def test_a_gemm_reading_the_wrong_rows_fails_the_check(fake_device, monkeypatch) -> None:  # noqa: F811
@@ -88,10 +116,10 @@ def test_a_gemm_reading_the_wrong_rows_fails_the_check(fake_device, monkeypatch)
         )  # fmt: skip
 
     results = check_linear(fake_device, np.random.default_rng(1), models=(TINY,), tp=2)
-    assert len(results) == 4 and all(r["ok"] for r in results)
+    assert [r["op"] for r in results] == list(OPS) and all(r["ok"] for r in results)
     monkeypatch.setattr(LinearLayer, "launch", off_by_one_row)
     results = check_linear(fake_device, np.random.default_rng(1), models=(TINY,), tp=2)
-    assert not any(r["ok"] for r in results)
+    assert {r["op"] for r in results if not r["ok"]} == set(GEMM_OPS)
 
 
 def test_run_linear_writes_one_vidur_row_per_model_tp_and_batch(fake_device) -> None:  # noqa: F811
@@ -111,7 +139,7 @@ def test_run_linear_writes_one_vidur_row_per_model_tp_and_batch(fake_device) -> 
         (2, 4),
     ]
     for row in rows:
-        for op in OPS:
+        for op in OPS:  # all nine, as kvsim's reader sums them
             low, mid, high = (row[f"time_stats.{op}.{s}"] for s in ("min", "median", "max"))
             assert 0 < low <= mid <= high and row[f"time_stats.{op}.std"] >= 0
     parsed = list(csv.DictReader(io.StringIO(rows_to_csv(rows))))
@@ -138,3 +166,24 @@ def test_a_row_that_raises_is_recorded_and_the_rest_are_timed(fake_device, monke
     )  # fmt: skip
     assert [r["num_tokens"] for r in rows] == [1, 3]
     assert len(errors) == 1 and "num_tokens=2" in errors[0]["what"] and "CUBLAS" in errors[0]["error"]
+
+
+def test_the_elementwise_kernels_compile_for_sm90_without_spills() -> None:
+    import re
+
+    from gpu.compile import NvrtcNotFound, compile_source, load_nvrtc
+    from gpu.layer_ops import KERNEL_NAMES, layer_ops_source
+
+    try:
+        load_nvrtc()
+    except NvrtcNotFound as exc:
+        pytest.skip(str(exc))
+    result = compile_source(
+        layer_ops_source(), list(KERNEL_NAMES), arch="sm_90", options=("-std=c++17", "--ptxas-options=-v")
+    )
+    assert set(result.lowered_names) == set(KERNEL_NAMES)
+    spills = [
+        int(a) + int(b)
+        for a, b in re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", result.log)
+    ]
+    assert len(spills) == len(KERNEL_NAMES) and not any(spills)
