@@ -187,3 +187,18 @@ def test_the_elementwise_kernels_compile_for_sm90_without_spills() -> None:
         for a, b in re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", result.log)
     ]
     assert len(spills) == len(KERNEL_NAMES) and not any(spills)
+
+
+def test_kvsims_profile_reader_accepts_the_csv(fake_device, tmp_path) -> None:  # noqa: F811
+    """Cross-check with the sim side (sim.cost.profiles, issue 13); skipped on branches without it."""
+    profiles = pytest.importorskip("sim.cost.profiles")
+    from gpu.kernels import Kernels
+
+    timer = EventTimer(fake_device, 1 << 16, kernels=Kernels(fake_device), num_sms=4)
+    rows, _ = run_linear(
+        fake_device, timer, np.random.default_rng(0), models=(TINY,), tp_sizes=(1, 2), num_tokens=(1, 4)
+    )
+    path = tmp_path / "h200_tiny.mlp.csv"
+    path.write_text(rows_to_csv(rows))
+    frame = profiles.read_linear_profile(path)
+    assert len(frame) == 4 and (frame["measured_s"] > 0).all()
