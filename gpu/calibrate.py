@@ -148,7 +148,7 @@ class Recorder:
 
 
 MAX_CONSECUTIVE_ERRORS = 3  # after an illegal address every call fails: stop the grid instead of looping
-LINEAR_BUDGET_FRACTION = 0.25  # of the time budget, at most, for the linear layers (they take ~15 s)
+LINEAR_BUDGET_FRACTION = 0.25  # of the time budget, at most, for the linear layers (they take ~25 s)
 
 
 def run_calibration(

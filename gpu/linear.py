@@ -1,23 +1,24 @@
-"""Time the linear layers of one transformer layer (bf16 cuBLAS GEMMs at real model shapes), Vidur-style.
+"""Time the per-layer ops of real models (bf16 cuBLAS GEMMs and the elementwise ops), Vidur-style.
 
 Why: every step time kvsim prints rests on the cost model's linear-layer term (issue 13). Vidur
-measured those layers on A100 and H100 (../shared/profiles/vidur_mlp/*.mlp.csv); this module measures
-the same four GEMMs on the device at hand and writes them in the SAME CSV format, so `kvsim cost
-validate` and `--calibration` read a measured H200 file exactly like Vidur's.
+measured those ops on A100 and H100 (../shared/profiles/vidur_mlp/*.mlp.csv); this module measures
+them on the device at hand and writes them in the SAME CSV format, so `kvsim cost validate` and
+`--calibration` read a measured H200 file exactly like Vidur's.
 
-What is timed, per (model, TP size, batch tokens): the four GEMMs of one layer on one GPU of the TP
-group, as vLLM runs them (`F.linear`, i.e. cuBLAS TN GEMMs, bf16 in and out, fp32 accumulation):
+What is timed, per (model, TP size, batch tokens), on one GPU of the TP group, as vLLM runs it:
 
-* attn_pre_proj  -- fused QKV:   [tokens, hidden] x [hidden, (q_heads + 2 kv_heads) head_dim / tp]
-* attn_post_proj -- output:      [tokens, q_heads head_dim / tp] x [q_heads head_dim / tp, hidden]
-* mlp_up_proj    -- gate+up:     [tokens, hidden] x [hidden, 2 mlp / tp]   (gated MLP; mlp / tp if not)
-* mlp_down_proj  -- down:        [tokens, mlp / tp] x [mlp / tp, hidden]
+* the four GEMMs (`F.linear`, i.e. cuBLAS TN GEMMs, bf16 in and out, fp32 accumulation):
+  attn_pre_proj -- fused QKV [tokens, hidden] x [hidden, (q_heads + 2 kv_heads) head_dim / tp];
+  attn_post_proj -- [tokens, q_heads head_dim / tp] x [q_heads head_dim / tp, hidden];
+  mlp_up_proj -- gate+up [tokens, hidden] x [hidden, 2 mlp / tp] (gated MLP; mlp / tp if not);
+  mlp_down_proj -- [tokens, mlp / tp] x [mlp / tp, hidden];
+* the five elementwise ops (gpu/layer_ops.py): input_layernorm and post_attention_layernorm (RMSNorm
+  over [tokens, hidden]), attn_rope (NeoX rotary on q and k), mlp_act (SiLU-and-mul), add (residual).
 
 These are vLLM's QKVParallelLinear / RowParallelLinear / MergedColumnParallelLinear shapes
-(vllm/model_executor/layers/linear.py) and Vidur's op names (vidur/profiling/mlp/mlp_impl.py).
-Norms, rotary, activation and residual add are not timed: their columns are left out of the CSV
-(the README of ../shared/profiles lists them; they are elementwise and small). Weights are random
-bf16 (random data, not zeros: zeros run ~13 % faster, /work/.library/device/KINDS.md), and L2 is
+(vllm/model_executor/layers/linear.py) and Vidur's op names (vidur/profiling/mlp/mlp_impl.py); the
+embedding (`emb`, once per model, not per layer) is not timed and its columns are left out. Weights are
+random bf16 (random data, not zeros: zeros run ~13 % faster, /work/.library/device/KINDS.md), and L2 is
 flushed before every repeat, as a layer's weights are read from DRAM once per step in serving.
 
 Device path: NumPy, CuPy (`cupy.cuda.cublas.gemmEx`: CuPy has no bf16 dtype, so the bits travel as
@@ -263,7 +264,7 @@ def time_layer(
     num_tokens: int,
     repeats: int,
 ) -> dict[str, Any]:
-    """One Vidur-format row: the four GEMMs at `num_tokens`, each timed with L2 flushed (ms stats)."""
+    """One Vidur-format row: the nine ops at `num_tokens`, each timed with L2 flushed (ms stats)."""
     row: dict[str, Any] = {}
     for op in OPS:
         timing = timer.time([lambda op=op: layer.launch(op, num_tokens)], repeats=repeats)
