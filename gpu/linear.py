@@ -310,7 +310,11 @@ def run_linear(
         if deadline():
             skipped += (len(plan) - i) * len(tokens)
             break
-        layer = LinearLayer(cupy, model, tp, rng, max_tokens=max(tokens), module=module)
+        try:
+            layer = LinearLayer(cupy, model, tp, rng, max_tokens=max(tokens), module=module)
+        except Exception as exc:  # noqa: BLE001 - e.g. out of memory: record it, try the next shape
+            on_error({"what": f"linear {model.name} tp={tp} (allocating the layer)", "error": _one_line(exc)})
+            continue
         for j, n in enumerate(tokens):
             if deadline():
                 skipped += len(tokens) - j
