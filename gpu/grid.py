@@ -112,12 +112,24 @@ class GridPoint:
         return self.pool_bytes(max_point_bytes) + self.output_bytes + self.metadata_bytes
 
     def fits(self, max_point_bytes: int = MAX_POINT_BYTES) -> bool:
-        """Whether the point's pool and outputs fit the arena and its metadata fits the reserve."""
+        """Whether the point's pool and outputs fit the arena and its metadata fits the reserve.
+
+        A paged_shuffled point must fit with its FULL 4x pool spread: a point whose spread the arena
+        would cap is left out, so every shuffled row (and every ratio) has the same spread (issue 15:
+        mixing 1.8-4x spreads in one fit group mixed two layouts).
+        """
         arena, reserve = point_budget(max_point_bytes)
         return (
-            self.blocks_needed * self.block_bytes + self.output_bytes <= arena
+            self.spread_pool_blocks * self.block_bytes + self.output_bytes <= arena
             and self.metadata_bytes <= reserve
         )
+
+    @property
+    def spread_pool_blocks(self) -> int:
+        """Pool blocks the layout asks for before any cap: 4x the needed blocks when shuffled."""
+        if self.layout == "paged_shuffled":
+            return int(math.ceil(self.blocks_needed * SHUFFLED_POOL_FACTOR))
+        return self.blocks_needed
 
     def blocks_touched(self) -> int:
         if self.layout == "contiguous":

@@ -161,17 +161,29 @@ def save_profile(profile: Mapping[str, Any], path: str | os.PathLike[str]) -> No
 
 
 def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
-    """Write `text` so that readers see the old file or the whole new one, never half of it."""
+    """Write `text` so that readers see the old file or the whole new one, never half of it.
+
+    The file gets the mode a plain `open()` would give it (0644 under the usual umask 022), not
+    mkstemp's 0600.
+    """
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     try:
+        os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "w") as handle:
             handle.write(text)
         os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _umask() -> int:
+    """The process umask (reading it means setting it; it is set straight back)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def find_fit(profile: Mapping[str, Any], kernel: str, layout: str, block_size: int) -> dict[str, Any] | None:

@@ -234,7 +234,7 @@ def replay(
     props = device_properties()
     num_sms = props["multiprocessor_count"]
     kernels = Kernels(cp)
-    timer = EventTimer(cp, props["l2_cache_bytes"])
+    timer = EventTimer(cp, props["l2_cache_bytes"], kernels=kernels, num_sms=num_sms)
     rng = np.random.default_rng(seed)
     arena = fill_random_bits(
         cp.empty(replay_arena_elems([layout for _, layout, _ in mapped], budget_bytes), dtype=cp.uint16),

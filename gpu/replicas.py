@@ -78,6 +78,42 @@ def replica_count(
 
 
 @dataclass
+class ReplicaView:
+    """Replica `index` of `replicas`: the shifted layout and the arena views its launch reads and writes.
+
+    `k_pool`/`v_pool` are the whole K and V pool regions (the shifted layout indexes into them);
+    `k_out`/`v_out` are this replica's gather outputs (None for attention).
+    """
+
+    layout: KvLayout
+    k_pool: Any
+    v_pool: Any
+    k_out: Any
+    v_out: Any
+
+
+def replica_views(arena: Any, kernel: str, layout: KvLayout, *, replicas: int, index: int) -> ReplicaView:
+    """Carve replica `index` of `replicas` from the flat uint16 arena: [K pools | V pools | K outs | V outs].
+
+    Why one function: the timed launches (replica_launches) and the correctness check of the shapes
+    the grid times (gpu.check.check_grid_families) must address the arena the same way.
+    """
+    pool, out_elems = replica_elems(kernel, layout)
+    n, r = replicas, index
+    if not 0 <= r < n or 2 * n * (pool + out_elems) > int(arena.size):
+        raise GpuError(f"replica {r} of {n} does not fit an arena of {int(arena.size)} elements")
+    k_out = v_out = None
+    if kernel == "gather":
+        outputs = 2 * n * pool
+        k_out = arena[outputs + r * out_elems : outputs + (r + 1) * out_elems]
+        v_start = outputs + (n + r) * out_elems
+        v_out = arena[v_start : v_start + out_elems]
+    return ReplicaView(
+        layout.shifted(r * layout.num_blocks), arena[: n * pool], arena[n * pool : 2 * n * pool], k_out, v_out
+    )
+
+
+@dataclass
 class ReplicaLaunches:
     """The launches to hand to EventTimer.time, and the device arrays they use (kept alive with them)."""
 
@@ -115,29 +151,23 @@ def replica_launches(
         kernel, layout, host_plan, q_heads=q_heads, l2_bytes=l2_bytes, graph_below_s=graph_below_s,
         arena_elems=int(arena.size), metadata_budget_bytes=metadata_budget_bytes,
     )  # fmt: skip
-    pool, out_elems = replica_elems(kernel, layout)
-    k_pool, v_pool = arena[: n * pool], arena[n * pool : 2 * n * pool]
-    outputs = 2 * n * pool
     result = ReplicaLaunches([], [])
     for r in range(n):
-        replica = layout.shifted(r * layout.num_blocks)
-        dev = DeviceLayout.upload(cp, replica)
+        view = replica_views(arena, kernel, layout, replicas=n, index=r)
+        dev = DeviceLayout.upload(cp, view.layout)
         plan = DevicePlan.upload(cp, host_plan)
         if kernel == "gather":
-            k_out = arena[outputs + r * out_elems : outputs + (r + 1) * out_elems]
-            v_start = outputs + (n + r) * out_elems
-            v_out = arena[v_start : v_start + out_elems]
             result.launches.append(
-                lambda dev=dev, plan=plan, k_out=k_out, v_out=v_out: kernels.gather(
-                    dev, plan, k_pool, v_pool, k_out, v_out
+                lambda dev=dev, plan=plan, view=view: kernels.gather(
+                    dev, plan, view.k_pool, view.v_pool, view.k_out, view.v_out
                 )
             )
             result.keep_alive += [dev, plan]
         else:
-            workspace = kernels.attention_workspace(replica, host_plan, q_heads)
+            workspace = kernels.attention_workspace(view.layout, host_plan, q_heads)
             result.launches.append(
-                lambda dev=dev, plan=plan, ws=workspace: kernels.attention(
-                    dev, plan, q, k_pool, v_pool, out, ws
+                lambda dev=dev, plan=plan, ws=workspace, view=view: kernels.attention(
+                    dev, plan, q, view.k_pool, view.v_pool, out, ws
                 )
             )
             result.keep_alive += [dev, plan, workspace]

@@ -1,15 +1,22 @@
 """Time kernels with CUDA events: warm-up, L2 flush between repeats, median and p10/p90.
 
 Why each step: the first launch pays module loading and cold TLBs (warm-up); a decode step reads KV
-that is not in L2 (so every repeat starts from a flushed L2, by zeroing a buffer >= 4x the L2 size,
-read from the device at run time); GPU timings have a long right tail (median, with p10/p90 for the
-spread, over >= 20 repeats). Kernels under ~20 us are dominated by launch gaps, so they are timed as a
-CUDA graph of several launches, each on its own disjoint copy of the data so that every launch still
-reads from DRAM, and the graph's time is divided by the number of launches.
+that is not in L2 (so every repeat starts from a flushed L2, by READING a buffer >= 4x the L2 size,
+read from the device at run time: a read leaves only clean lines, whereas zeroing a buffer would leave
+tens of MB of dirty lines for the timed kernel to write back); GPU timings have a long right tail
+(median, with p10/p90 for the spread, over >= 20 repeats). Kernels under ~20 us are dominated by launch
+gaps, so they are timed as a CUDA graph of several launches, each on its own disjoint copy of the data
+so that every launch still reads from DRAM, and the graph's time is divided by the number of launches.
+
+Streams: uploads (`cupy.asarray`, fills) run on the legacy default stream, the timer on its own
+non-blocking stream, which does NOT wait for the default stream. `time()` therefore synchronises the
+whole device before its first launch, so no launch can read a block table, plan or pool that is still
+in flight (tests/_gpu_fake_cupy.py models the two streams and fails on such a read).
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import ModuleType
@@ -32,6 +39,7 @@ class Timing:
     p90_s: float
     repeats: int
     launches_per_sample: int  # > 1 when timed as a CUDA graph of disjoint replicas
+    samples_s: tuple[float, ...] = ()  # every sample, per launch (for Vidur-style min/max/mean/std)
 
     def as_dict(self) -> dict[str, float | int]:
         return {
@@ -49,7 +57,14 @@ def summarize(samples_s: Sequence[float], launches_per_sample: int = 1) -> Timin
     if values.size == 0 or not np.isfinite(values).all() or (values < 0).any():
         raise ValueError(f"need finite non-negative timing samples, got {samples_s!r}")
     p10, median, p90 = np.percentile(values, [10, 50, 90])
-    return Timing(float(median), float(p10), float(p90), int(values.size), launches_per_sample)
+    return Timing(
+        float(median),
+        float(p10),
+        float(p90),
+        int(values.size),
+        launches_per_sample,
+        tuple(map(float, values)),
+    )
 
 
 def replicas_needed(working_set_bytes: int, l2_bytes: int, max_replicas: int = MAX_REPLICAS) -> int:
@@ -65,22 +80,33 @@ class EventTimer:
 
     graph_below_s: float = GRAPH_BELOW_S  # kernels faster than this are timed as CUDA graphs
 
-    def __init__(self, cupy: ModuleType, l2_bytes: int | None = None) -> None:
+    def __init__(self, cupy: ModuleType, l2_bytes: int | None = None, *, kernels: Any, num_sms: int) -> None:
         self.cupy = cupy
         if l2_bytes is None:
             l2_bytes = int(cupy.cuda.runtime.getDeviceProperties(0)["l2CacheSize"])
         self.l2_bytes = int(l2_bytes)
-        self.flush_bytes = L2_FLUSH_FACTOR * self.l2_bytes
-        self.flush_buffer = cupy.empty(self.flush_bytes, dtype=cupy.uint8)
+        self.kernels = kernels
+        self.num_sms = int(num_sms)
+        self.flush_bytes = L2_FLUSH_FACTOR * self.l2_bytes // 16 * 16
+        self.flush_buffer = cupy.zeros(self.flush_bytes, dtype=cupy.uint8)  # zeroed once, before any timing
+        self.flush_sink = cupy.zeros(1, dtype=cupy.uint32)
         self.stream = cupy.cuda.Stream(non_blocking=True)
 
+    def synchronize_device(self) -> None:
+        """Wait for every stream: uploads on the default stream must land before a timed launch."""
+        self.cupy.cuda.runtime.deviceSynchronize()
+
     def flush_l2(self) -> None:
-        """Overwrite L2 by zeroing a buffer 4x its size (memset on the timing stream)."""
-        self.cupy.cuda.runtime.memsetAsync(self.flush_buffer.data.ptr, 0, self.flush_bytes, self.stream.ptr)
+        """Evict L2 by streaming-reading a buffer 4x its size (on the current stream: the timing stream).
+
+        Reading, not zeroing: a memset leaves dirty lines that the timed kernel would pay to write back.
+        """
+        self.kernels.stream_read(self.flush_buffer, self.flush_sink, self.num_sms)
 
     def _time_once(self, run: Callable[[], None]) -> float:
         start, end = self.cupy.cuda.Event(), self.cupy.cuda.Event()
-        self.flush_l2()
+        with self.stream:
+            self.flush_l2()
         start.record(self.stream)
         run()
         end.record(self.stream)
@@ -101,6 +127,7 @@ class EventTimer:
         """
         repeats = max(int(repeats), MIN_REPEATS)
         graph_below_s = self.graph_below_s if graph_below_s is None else graph_below_s
+        self.synchronize_device()  # uploads on the default stream complete before the first launch
         with self.stream:
             launches[0]()  # warm-up: module load, first-touch
             self.stream.synchronize()
@@ -123,27 +150,64 @@ class EventTimer:
             graph = self.stream.end_capture()
         return graph
 
-    def copy_ceiling(self, nbytes: int, repeats: int = MIN_REPEATS) -> tuple[float, Timing]:
-        """Device-to-device copy bandwidth, counting bytes read plus bytes written (bytes/s)."""
+    def warm_up(self, seconds: float = 1.0, nbytes: int = 2**30) -> int:
+        """Keep the GPU busy with streaming reads for `seconds` so clocks ramp up before the ceilings.
+
+        Why: an idle H200 sits at a few hundred MHz (SM 345 MHz idle, 1980 MHz under load, per
+        /work/.library/device/KINDS.md); ceilings measured cold would understate the bandwidth.
+        Returns the launches made. The buffer is freed (and the memory pool emptied) afterwards.
+        """
         cp = self.cupy
-        src = cp.empty(nbytes, dtype=cp.uint8)
-        dst = cp.empty(nbytes, dtype=cp.uint8)
-        src.fill(1)
+        src = cp.zeros(nbytes // 16 * 16, dtype=cp.uint8)
+        self.synchronize_device()
+        launches = 0
+        deadline = time.perf_counter() + seconds
+        with self.stream:
+            while True:
+                for _ in range(8):
+                    self.kernels.stream_read(src, self.flush_sink, self.num_sms)
+                launches += 8
+                self.stream.synchronize()
+                if time.perf_counter() >= deadline:
+                    break
+        del src
+        self.free_pool()
+        return launches
+
+    def free_pool(self) -> None:
+        """Hand CuPy's cached blocks back to the device (after the ceilings' multi-GB buffers)."""
+        self.synchronize_device()
+        self.cupy.get_default_memory_pool().free_all_blocks()
+
+    def copy_ceiling(self, nbytes: int, repeats: int = MIN_REPEATS) -> tuple[float, Timing]:
+        """Device-to-device copy bandwidth, counting bytes read plus bytes written (bytes/s).
+
+        The two buffers are released to the device afterwards, so they do not sit in CuPy's pool for
+        the rest of the run.
+        """
+        cp = self.cupy
+        buffers = [cp.empty(nbytes, dtype=cp.uint8), cp.empty(nbytes, dtype=cp.uint8)]  # src, dst
+        buffers[0].fill(1)
+        src_ptr, dst_ptr, stream_ptr = buffers[0].data.ptr, buffers[1].data.ptr, self.stream.ptr
 
         def run() -> None:
             cp.cuda.runtime.memcpyAsync(
-                dst.data.ptr, src.data.ptr, nbytes, cp.cuda.runtime.memcpyDeviceToDevice, self.stream.ptr
+                dst_ptr, src_ptr, nbytes, cp.cuda.runtime.memcpyDeviceToDevice, stream_ptr
             )
 
         timing = self.time([run], repeats=repeats)
+        buffers.clear()
+        self.free_pool()
         return 2 * nbytes / timing.median_s, timing
 
-    def read_ceiling(
-        self, kernels: Any, nbytes: int, num_sms: int, repeats: int = MIN_REPEATS
-    ) -> tuple[float, Timing]:
-        """Streaming-read bandwidth of the stream_read kernel over `nbytes` (bytes/s)."""
+    def read_ceiling(self, nbytes: int, repeats: int = MIN_REPEATS) -> tuple[float, Timing]:
+        """Streaming-read bandwidth of the stream_read kernel over `nbytes` (bytes/s); buffer freed after."""
         cp = self.cupy
-        src = cp.ones(nbytes // 16 * 16, dtype=cp.uint8)
-        sink = cp.zeros(1, dtype=cp.uint32)
-        timing = self.time([lambda: kernels.stream_read(src, sink, num_sms)], repeats=repeats)
-        return nbytes / timing.median_s, timing
+        buffers = [cp.ones(nbytes // 16 * 16, dtype=cp.uint8), cp.zeros(1, dtype=cp.uint32)]  # src, sink
+        measured = int(buffers[0].nbytes)
+        timing = self.time(
+            [lambda: self.kernels.stream_read(buffers[0], buffers[1], self.num_sms)], repeats=repeats
+        )
+        buffers.clear()
+        self.free_pool()
+        return measured / timing.median_s, timing

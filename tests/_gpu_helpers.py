@@ -11,8 +11,25 @@ import struct
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from allocators.base import Layout, SeqSpec
+
+
+@pytest.fixture()
+def fake_device(monkeypatch):
+    """gpu.backend sees the NumPy stand-in for CuPy (tests/_gpu_fake_cupy.py), with a clean stream state."""
+    import _gpu_fake_cupy
+
+    import gpu.backend as backend
+    from gpu.timing import EventTimer
+
+    monkeypatch.setattr(backend, "_cupy_or_reason", lambda: (_gpu_fake_cupy, ""))
+    monkeypatch.setattr(EventTimer, "graph_below_s", 10.0)  # CPU "kernels" are slow: still exercise graphs
+    monkeypatch.setattr(_gpu_fake_cupy, "PLANTED_DROP_LAST_TOKEN_ABOVE", None)
+    _gpu_fake_cupy.streams.synchronize_device()
+    _gpu_fake_cupy.memory.free_all_blocks()
+    return _gpu_fake_cupy
 
 
 def naive_bits_to_float(bits: int, dtype: str) -> float:

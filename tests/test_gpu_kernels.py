@@ -205,7 +205,7 @@ def test_event_timer_times_a_graph_of_replicas(device_kernels) -> None:
 
     cp = require_cupy()
     kernels, num_sms = device_kernels
-    timer = EventTimer(cp)
+    timer = EventTimer(cp, kernels=kernels, num_sms=num_sms)
     srcs = [cp.ones(1 << 20, dtype=cp.uint8) for _ in range(4)]
     sink = cp.zeros(1, dtype=cp.uint32)
     timing = timer.time([lambda s=s: kernels.stream_read(s, sink, num_sms) for s in srcs], repeats=20)
