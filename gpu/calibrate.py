@@ -204,7 +204,7 @@ def run_calibration(
         results += check_grid_families(kernels, rng, num_sms, buffers.arena)
         state.checks = results
         if linear:
-            from gpu.linear import check_linear  # noqa: PLC0415 - only when the linear layers are timed
+            from gpu.linear import check_linear
 
             state.linear_checks = check_linear(
                 cp, rng, **({"models": linear_models} if linear_models else {})
@@ -233,7 +233,7 @@ def run_calibration(
 
     if linear:
         state.stage = "linear"
-        from gpu.linear import run_linear  # noqa: PLC0415
+        from gpu.linear import run_linear
 
         linear_started = time.perf_counter()
 
@@ -282,7 +282,7 @@ def run_calibration(
                 point, kernels=kernels, timer=timer, buffers=buffers, rng=rng, num_sms=num_sms,
                 max_point_bytes=max_point_bytes, repeats=repeats,
             )  # fmt: skip
-        except Exception as exc:  # noqa: BLE001 - recorded per point; the run goes on
+        except Exception as exc:
             entry = {"what": _point_name(point), "error": _one_line(exc)}
             state.errors.append(entry)
             recorder.on_error(entry)
@@ -372,7 +372,7 @@ def build_profile(
     if unfitted:
         profile["unfitted_groups"] = unfitted
     if state.linear_rows or state.skipped_linear_rows:
-        from gpu.linear import linear_summary  # noqa: PLC0415
+        from gpu.linear import linear_summary
 
         read_bw = float(state.ceilings.get("read_bytes_per_s", 0.0)) or float("nan")
         profile["linear"] = {

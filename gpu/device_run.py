@@ -201,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_KERNEL_MISMATCH
     except Interrupted as exc:
         code, failure = EXIT_INTERRUPTED, f"interrupted by {exc} during {state.stage}"
-    except Exception as exc:  # noqa: BLE001 - anything else: keep what was measured
+    except Exception as exc:
         traceback.print_exc()
         code, failure = (
             EXIT_CRASHED,

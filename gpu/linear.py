@@ -312,7 +312,7 @@ def run_linear(
             break
         try:
             layer = LinearLayer(cupy, model, tp, rng, max_tokens=max(tokens), module=module)
-        except Exception as exc:  # noqa: BLE001 - e.g. out of memory: record it, try the next shape
+        except Exception as exc:
             on_error({"what": f"linear {model.name} tp={tp} (allocating the layer)", "error": _one_line(exc)})
             continue
         for j, n in enumerate(tokens):
@@ -321,7 +321,7 @@ def run_linear(
                 break
             try:
                 row = time_layer(layer, timer, n, repeats)
-            except Exception as exc:  # noqa: BLE001 - recorded per row; the run goes on
+            except Exception as exc:
                 on_error({"what": f"linear {model.name} tp={tp} num_tokens={n}", "error": _one_line(exc)})
                 continue
             rows.append(row)
