@@ -20,6 +20,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from sim.errors import ScenarioError
+from sim.files import json_safe
 from sim.presets import (
     GPU_PRESETS,
     MODEL_PRESETS,
@@ -574,7 +575,7 @@ class Scenario(BaseModel):
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe, with derived defaults filled in (goes into summary.json); inf is written "inf"."""
-        return _json_safe(self.model_dump(mode="json"))
+        return json_safe(self.model_dump(mode="json"))  # the one JSON rule (sim.files): "inf" reads back
 
     def to_toml(self) -> str:
         """The scenario as TOML text that `from_toml` reads back to an equal scenario."""
@@ -631,17 +632,6 @@ def _deep_copy(data: Any) -> Any:
         return {key: _deep_copy(value) for key, value in data.items()}
     if isinstance(data, list):
         return [_deep_copy(value) for value in data]
-    return data
-
-
-def _json_safe(data: Any) -> Any:
-    """Strict JSON has no inf/nan: write them as the strings pydantic reads back as floats."""
-    if isinstance(data, dict):
-        return {key: _json_safe(value) for key, value in data.items()}
-    if isinstance(data, list):
-        return [_json_safe(value) for value in data]
-    if isinstance(data, float) and not math.isfinite(data):
-        return str(data)
     return data
 
 

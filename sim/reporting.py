@@ -19,8 +19,6 @@ import html
 import json
 import math
 import os
-import shutil
-import tempfile
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -33,7 +31,7 @@ import pandas as pd
 from allocators.base import BREAKDOWN_PARTS
 from sim import diagnosis, figures
 from sim.errors import ResultsError
-from sim.output_paths import check_output_dir, write_error
+from sim.files import check_files_in_folder, check_output_dir, publish_files, write_error
 from sim.results import STEPS_FILE, SUMMARY_FILE, load_run
 from sim.sweeping import CELLS_DIR, SWEEP_TABLE
 
@@ -518,34 +516,24 @@ def render_markdown(
 
 
 def _publish(output_dir: Path, pngs: Mapping[str, bytes], markdown: str, page: str) -> None:
-    """Write everything to a staging folder, then move it into place so that no reader sees a mix.
+    """Write the report through `sim.files.publish_files`, so that no reader sees a mix.
 
-    Order of the moves: every new figure first (each with one os.replace), then report.md, then
-    report.html, and only then are figures of an earlier report that this one does not produce
-    (e.g. a sweep's figure 5) removed. So at any instant report.md links only figures that exist
-    (the old report.md still finds its old figure 5; the new one never links it), report.html is
+    Order of the moves: every new figure first, then report.md, then report.html, and only then are
+    figures of an earlier report that this one does not produce (e.g. a sweep's figure 5) removed,
+    and only those kvsim wrote. So at any instant report.md links only figures that exist (the old
+    report.md still finds its old figure 5; the new one never links it), report.html is
     self-contained either way, and a crash part-way leaves the previous report readable, not a
-    report.md of one run beside a report.html of another. Staging lives inside `output_dir` so that
-    every move is a same-filesystem rename.
+    report.md of one run beside a report.html of another.
     """
-    output_dir.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".kvsim-report-", dir=output_dir))
-    try:
-        for key, png in pngs.items():
-            (staging / FIGURE_FILES[key]).write_bytes(png)
-        (staging / "report.md").write_text(markdown, encoding="utf-8")
-        (staging / "report.html").write_text(page, encoding="utf-8")
-        figures_dir = output_dir / "figures"
-        figures_dir.mkdir(exist_ok=True)
-        for key in pngs:
-            os.replace(staging / FIGURE_FILES[key], figures_dir / FIGURE_FILES[key])
-        os.replace(staging / "report.md", output_dir / "report.md")
-        os.replace(staging / "report.html", output_dir / "report.html")
-        for key, name in FIGURE_FILES.items():
-            if key not in pngs:
-                (figures_dir / name).unlink(missing_ok=True)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+    files: list[tuple[str, bytes | str]] = [(f"figures/{FIGURE_FILES[k]}", png) for k, png in pngs.items()]
+    files += [("report.md", markdown), ("report.html", page)]
+    stale = [f"figures/{name}" for key, name in FIGURE_FILES.items() if key not in pngs]
+    publish_files(output_dir, "report", files, remove=stale)
+
+
+def report_files(pngs: Mapping[str, bytes]) -> list[str]:
+    """The files (relative to the report folder) a report with these figures writes."""
+    return ["report.md", "report.html", *(f"figures/{FIGURE_FILES[key]}" for key in pngs)]
 
 
 def default_output_dir(results_dirs: Sequence[Path]) -> Path:
@@ -572,6 +560,8 @@ def report(results_dirs: list[Path], output_dir: Path | None = None) -> Path:
     labels = run_labels(runs)
     output_dir = Path(output_dir) if output_dir is not None else default_output_dir(results_dirs)
     output_dir = check_output_dir(output_dir, what="report folder")
+    # a user's report.html (or figures/) beside the runs is never overwritten; checked before rendering
+    check_files_in_folder(output_dir, report_files(FIGURE_FILES), what="report folder")
     statements = diagnosis.diagnose(dict(zip(labels, runs, strict=True)))
     pngs = render_figures(labels, runs)
     page = render_html(labels, runs, statements, pngs)

@@ -15,7 +15,6 @@ import json
 import math
 import os
 import shutil
-import tempfile
 import time
 import uuid
 from collections.abc import Iterator, Mapping
@@ -26,9 +25,8 @@ from typing import Any
 
 import pandas as pd
 
-from sim.errors import ResultsError
 from sim.executors import CellExecutor, check_backend_args, make_executor
-from sim.output_paths import check_output_dir
+from sim.files import check_output_folder, dumps_json, ensure_folder, plain_name, publish_files, read_summary
 from sim.sweep_spec import Cell, SweepSpec, SweepSpecError, one_line, parse_spec
 
 PARTIAL_DIR = ".partial"
@@ -129,22 +127,12 @@ def _sweep_lock(sweep_dir: Path) -> Iterator[None]:
 
 
 def _canonical(value: Any) -> Any:
-    """Comparable JSON form; NaN/inf become null as summary.json writes them."""
-    if isinstance(value, Mapping):
-        return {str(k): _canonical(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_canonical(v) for v in value]
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return json.loads(json.dumps(value, default=str))
+    """Comparable JSON form: what summary.json holds after `sim.files`' one JSON rule."""
+    return json.loads(dumps_json(value, indent=None))
 
 
 def _read_summary(cell_dir: Path) -> dict[str, Any]:
-    path = cell_dir / SUMMARY_FILE
-    try:
-        return json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ResultsError(f"{path}: unreadable cell summary ({one_line(exc)})") from exc
+    return read_summary(cell_dir)
 
 
 def _prepare_cells_dir(spec: SweepSpec, cells_dir: Path) -> list[Cell]:
@@ -222,24 +210,9 @@ def _arrow_safe(frame: pd.DataFrame) -> pd.DataFrame:
     return frame
 
 
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-def write_table_atomic(frame: pd.DataFrame, path: Path) -> None:
-    """Parquet through a temp file in the same folder and os.replace: never a half-written table."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(handle)
-    try:
-        frame.to_parquet(temp_name, index=False)
-        os.chmod(temp_name, 0o666 & ~_umask())  # mkstemp makes 0600; the table is as readable as any output
-        os.replace(temp_name, path)
-    except BaseException:
-        Path(temp_name).unlink(missing_ok=True)
-        raise
+def write_table_atomic(frame: pd.DataFrame, sweep_dir: Path) -> None:
+    """sweep.parquet through `sim.files.publish_files`: never half a table, never a user's file."""
+    publish_files(sweep_dir, "sweep", [(SWEEP_TABLE, lambda path: frame.to_parquet(path, index=False))])
 
 
 def gather(spec: SweepSpec, cells_dir: Path, failed: Mapping[str, str]) -> pd.DataFrame:
@@ -328,8 +301,9 @@ def run_sweep(
     """
     check_backend_args(jobs=jobs, scheduler=scheduler, dask_local=dask_local)
     spec = spec_or_path if isinstance(spec_or_path, SweepSpec) else parse_spec(spec_or_path)
-    sweep_dir = Path(output_dir) if output_dir is not None else Path("results") / spec.name
-    sweep_dir = check_output_dir(sweep_dir, what="sweep folder").resolve()
+    if output_dir is None:
+        output_dir = Path("results") / plain_name(spec.name, what="sweep name")
+    sweep_dir = check_output_folder(output_dir, "sweep", what="sweep folder")
     cells_dir = sweep_dir / CELLS_DIR
     # Cells without a summary yet (read-only look; the locked clean-up below decides for real): with
     # none, a resume starts no workers at all.
@@ -338,6 +312,7 @@ def run_sweep(
     if own_executor:
         executor = _make_sweep_executor(len(pending), jobs, scheduler, dask_local)
     try:
+        ensure_folder(sweep_dir, "sweep", what="sweep folder", dirs=(CELLS_DIR,))
         with _sweep_lock(sweep_dir):
             todo = _prepare_cells_dir(spec, cells_dir)
             report = SweepReport(
@@ -351,7 +326,7 @@ def run_sweep(
             with suppress(OSError):  # tidy: an empty .partial/ is left only while cells are running
                 (cells_dir / PARTIAL_DIR).rmdir()
             table = gather(spec, cells_dir, report.failed)
-            write_table_atomic(table, sweep_dir / SWEEP_TABLE)
+            write_table_atomic(table, sweep_dir)
     finally:
         if own_executor and executor is not None:
             executor.close()

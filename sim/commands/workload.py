@@ -125,7 +125,10 @@ def register(app: typer.Typer) -> None:
         from workloads.plot import check_plot_path
 
         if plot:
+            from sim.files import check_output_file
+
             check_plot_path(plot)  # before any work: never print a summary and then fail on the figure
+            check_output_file(plot, "describe-plot", what="--plot")  # never over a file kvsim did not write
         df = workloads.load(
             spec_or_file,
             seed=seed,
@@ -145,7 +148,10 @@ def register(app: typer.Typer) -> None:
         else:
             typer.echo(format_summary(summary))
         if plot:
+            from sim.files import adopt_files
+
             written = workloads.plot(df, plot)
+            adopt_files([written], "describe-plot")
             typer.echo(f"figure written to {written}")
 
     @group.command("list")
