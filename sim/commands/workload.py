@@ -86,7 +86,9 @@ def format_summary(summary: dict[str, Any]) -> str:
 
 def register(app: typer.Typer) -> None:
     """Add the `workload` command group to the kvsim app."""
-    group = typer.Typer(help="Inspect workloads: presets and real traces.", no_args_is_help=True)
+    group = typer.Typer(
+        help="Inspect workloads: presets and real traces.", no_args_is_help=True, rich_markup_mode=None
+    )
 
     @group.command("describe")
     def describe_cmd(
