@@ -51,10 +51,10 @@ TABLE_COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("max_concurrency", "max conc.", "count"),
     ("request_throughput", "req/s", "float3"),
     ("output_throughput", "output tok/s", "float1"),
-    ("median_ttft_ms", "p50 TTFT ms", "float2"),
-    ("p99_ttft_ms", "p99 TTFT ms", "float2"),
-    ("median_tpot_ms", "p50 TPOT ms", "float2"),
-    ("p99_tpot_ms", "p99 TPOT ms", "float2"),
+    ("median_ttft_ms", "p50 TTFT", "ms"),
+    ("p99_ttft_ms", "p99 TTFT", "ms"),
+    ("median_tpot_ms", "p50 TPOT", "ms"),
+    ("p99_tpot_ms", "p99 TPOT", "ms"),
     ("mean_normalized_latency_s_per_token", "norm. latency s/token", "sig4"),
     ("preemptions", "preemptions", "count"),
     ("rejected", "rejections", "count"),
@@ -91,7 +91,7 @@ FIGURE_CAPTIONS: dict[str, str] = {
 UNITS_NOTE = (
     "Taxonomy parts (token states ... free) are time-averaged % of KV capacity; waste is % of allocated KV "
     "holding no token state; concurrency counts running sequences; latencies are per completed request "
-    "(p50/p99), normalized latency is the mean end-to-end latency per output token."
+    "(p50/p99, in ms or s as marked), normalized latency is the mean end-to-end latency per output token."
 )
 
 
@@ -256,7 +256,26 @@ def format_value(value: Any, kind: str) -> str:
         return f"{number:.3f}"
     if kind == "sig4":
         return f"{number:.4g}"
+    if kind == "ms":
+        return format_duration_ms(number)
     raise ValueError(f"unknown number format {kind!r}")
+
+
+def format_duration_ms(value_ms: float) -> str:
+    """A latency in the unit a reader takes in at a glance: '45.7 ms', '2.88 s', '288 s', '3.2 h'.
+
+    Why: a saturated run's TTFT of 287858.72 ms is 288 s; milliseconds stay for sub-second values.
+    Three significant digits, as the figures' axes; the raw ms value stays in the cell's data-value.
+    """
+    if value_ms < 999.5:  # what rounds to 1000 ms is shown as 1 s
+        return f"{value_ms:.3g} ms"
+    seconds = value_ms / 1000.0
+    if seconds < 99.95:
+        return f"{seconds:.3g} s"
+    if seconds < 3600.0:
+        return f"{seconds:.0f} s"
+    hours = seconds / 3600.0
+    return f"{hours:.3g} h" if hours < 99.95 else f"{hours:,.0f} h"
 
 
 def summary_rows(labels: Sequence[str], runs: Sequence[LoadedRun]) -> list[tuple[str, list[tuple[Any, str]]]]:

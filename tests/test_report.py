@@ -333,3 +333,13 @@ def test_crash_while_publishing_keeps_the_previous_report_readable(
     # the old report.md links figure 5: it must still be there; no staging folder is left behind
     assert (out / "figures" / FIGURE_FILES["rate_sweep"]).is_file()
     assert [p.name for p in out.iterdir() if p.name.startswith(".")] == []
+
+
+@pytest.mark.parametrize(
+    ("value_ms", "shown"),
+    [(287858.72, "288 s"), (31164.6, "31.2 s"), (2880.0, "2.88 s"), (45.67, "45.7 ms"), (0.1234, "0.123 ms"),
+     (3.6e6 * 2.5, "2.5 h"), (999.4, "999 ms"), (999.6, "1 s"), (99_960.0, "100 s"), (5e9, "1,389 h")],
+)  # fmt: skip
+def test_long_durations_are_shown_in_sensible_units(value_ms: float, shown: str) -> None:
+    """Issue 11: TTFT 287858.72 ms reads as 288 s; the cell's data-value keeps the raw ms."""
+    assert format_value(value_ms, "ms") == shown
