@@ -423,8 +423,23 @@ tbody tr:nth-child(even) { background: #fafafa; }
 figure { margin: 1em 0 2em; } figure img { max-width: 100%; height: auto; border: 1px solid #eee; }
 figcaption { color: #444; font-size: 0.9em; }
 .threshold { color: #666; font-size: 0.9em; }
+#summary { font-size: 0.75em; }
+#summary td.label { white-space: normal; min-width: 8em; max-width: 13em; }
+#summary .label { position: sticky; left: 0; z-index: 1; background: #fff; }
+#summary th.label { background: #f0f0f0; }
+#summary tbody tr:nth-child(even) td.label { background: #fafafa; }
+#diagnosis .detail { margin: 0.1em 0; }
 @media print { body { max-width: none; } figure { page-break-inside: avoid; } }
 """
+
+
+def _breakable(label: str) -> str:
+    """An allocator label, escaped, that may wrap after ':' (request_limit:oracle:best_fit).
+
+    Why: the summary table must fit a 1280 px window with every column visible (issue 11); the label
+    column is the one that can give up width.
+    """
+    return html.escape(label).replace(":", ":<wbr>")
 
 
 def render_html(
@@ -450,7 +465,7 @@ def render_html(
     out += [f'<th data-metric="{esc(key)}">{esc(header)}</th>' for key, header, _ in TABLE_COLUMNS]
     out.append("</tr></thead><tbody>")
     for label, cells in summary_rows(labels, runs):
-        out.append(f'<tr><td class="label">{esc(label)}</td>')
+        out.append(f'<tr><td class="label">{_breakable(label)}</td>')
         for (key, _, _), (raw, shown) in zip(TABLE_COLUMNS, cells, strict=True):
             out.append(f'<td data-metric="{esc(key)}" data-value="{esc(json.dumps(raw))}">{esc(shown)}</td>')
         out.append("</tr>")
@@ -458,12 +473,18 @@ def render_html(
     out.append("<h2>Diagnosis</h2>")
     if statements:
         out.append('<ul id="diagnosis">')
-        for statement in statements:
+        for finding in diagnosis.findings(list(statements)):
             out.append(
-                f'<li data-kind="{esc(statement.kind)}"><strong>{esc(statement.label)}</strong>: '
-                f"{esc(statement.text)} "
-                f'<span class="threshold">(threshold: {esc(statement.threshold)})</span></li>'
+                f'<li class="finding" data-finding="{esc(finding.kind)}">'
+                f"<strong>{esc(finding.headline)}</strong> — {esc(', '.join(finding.labels))} "
+                f'<span class="threshold">(threshold: {esc(finding.threshold)})</span><ul>'
             )
+            out += [
+                f'<li class="detail" data-kind="{esc(s.kind)}"><strong>{esc(s.label)}</strong>: '
+                f"{esc(s.detail or s.text)}</li>"
+                for s in finding.details
+            ]
+            out.append("</ul></li>")
         out.append("</ul>")
     else:
         out.append(f'<p id="diagnosis">{esc(diagnosis.NOTHING_TO_REPORT)}</p>')
@@ -518,7 +539,11 @@ def render_markdown(
         lines.append("| " + " | ".join([_md_cell(label), *(shown for _, shown in cells)]) + " |")
     lines += ["", "## Diagnosis", ""]
     if statements:
-        lines += [f"- **{s.label}**: {s.text} (threshold: {s.threshold})" for s in statements]
+        for finding in diagnosis.findings(list(statements)):
+            lines.append(
+                f"- **{finding.headline}** — {', '.join(finding.labels)} (threshold: {finding.threshold})"
+            )
+            lines += [f"  - {s.label}: {s.detail or s.text}" for s in finding.details]
     else:
         lines.append(diagnosis.NOTHING_TO_REPORT)
     lines += ["", "## Figures", ""]
