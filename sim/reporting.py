@@ -89,9 +89,10 @@ FIGURE_CAPTIONS: dict[str, str] = {
 
 
 UNITS_NOTE = (
-    "Taxonomy parts (token states ... free) are time-averaged % of KV capacity; waste is % of allocated KV "
-    "holding no token state; concurrency counts running sequences; latencies are per completed request "
-    "(p50/p99, in ms or s as marked), normalized latency is the mean end-to-end latency per output token."
+    "Taxonomy parts (token states ... free) are time-averaged % of KV capacity over the whole run, idle "
+    "time included (they sum to 100); waste is % of allocated KV slot-time holding no token state; "
+    "concurrency counts running sequences; latencies are per completed request (p50/p99, in ms or s as "
+    "marked), normalized latency is the mean end-to-end latency per output token."
 )
 
 
