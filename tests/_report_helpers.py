@@ -270,7 +270,8 @@ def assert_shown_equals(shown: str, value: float | int | None) -> None:
     if value is None or (isinstance(value, float) and not math.isfinite(value)):
         assert shown == "–"
         return
-    number, _, unit = shown.replace(",", "").partition(" ")  # latencies carry their unit: "45.7 ms", "288 s", "3.2 h"
+    # latencies carry their unit: "45.7 ms", "288 s", "3.2 h"
+    number, _, unit = shown.replace(",", "").partition(" ")
     to_ms = {"": 1.0, "ms": 1.0, "s": 1e3, "h": 3.6e6}[unit]
     decimals = len(number.split(".")[1]) if "." in number else 0
     if "e" in number:
