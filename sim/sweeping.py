@@ -131,10 +131,6 @@ def _canonical(value: Any) -> Any:
     return json.loads(dumps_json(value, indent=None))
 
 
-def _read_summary(cell_dir: Path) -> dict[str, Any]:
-    return read_summary(cell_dir)
-
-
 def _prepare_cells_dir(spec: SweepSpec, cells_dir: Path) -> list[Cell]:
     """Clear half-written cells and return the cells still to run.
 
@@ -151,7 +147,7 @@ def _prepare_cells_dir(spec: SweepSpec, cells_dir: Path) -> list[Cell]:
                 shutil.rmtree(cell_dir)
             todo.append(cell)
             continue
-        stored = _read_summary(cell_dir).get("scenario")
+        stored = read_summary(cell_dir).get("scenario")
         if stored is not None and _canonical(stored) != _canonical(cell.scenario.to_dict()):
             raise SweepSpecError(
                 f"{cell_dir}: finished with a different scenario than the spec now gives; "
@@ -221,7 +217,7 @@ def gather(spec: SweepSpec, cells_dir: Path, failed: Mapping[str, str]) -> pd.Da
     for cell in spec.cells:
         cell_dir = cells_dir / cell.cell_id
         if (cell_dir / SUMMARY_FILE).is_file():
-            rows.append(cell_row(cell, _read_summary(cell_dir), "ok"))
+            rows.append(cell_row(cell, read_summary(cell_dir), "ok"))
         else:
             rows.append(cell_row(cell, None, "failed", failed.get(cell.cell_id, "not run")))
     frame = pd.DataFrame(rows)
