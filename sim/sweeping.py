@@ -163,7 +163,7 @@ def _flatten(value: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
         if isinstance(item, Mapping) and item:
             flat.update(_flatten(item, name + "."))
         elif isinstance(item, list | tuple | Mapping):
-            flat[name] = json.dumps(item, default=str)
+            flat[name] = dumps_json(item, indent=None)
         else:
             flat[name] = item
     return flat
@@ -182,7 +182,7 @@ def cell_row(cell: Cell, summary: Mapping[str, Any] | None, status: str, error: 
     row.update(_flatten(scenario if scenario is not None else cell.scenario.to_dict()))
     for key, value in cell.overrides.items():
         if key not in row:
-            row[key] = json.dumps(value, default=str) if isinstance(value, list | dict) else value
+            row[key] = dumps_json(value, indent=None) if isinstance(value, list | dict) else value
     if summary and summary.get("allocator") is not None:
         row["allocator"] = summary["allocator"]
     elif isinstance(row.get("allocator.name"), str):
