@@ -9,11 +9,6 @@ gives one clear line instead of a KeyError deep in a report.
 
 from __future__ import annotations
 
-import json
-import math
-import os
-import shutil
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,7 +17,7 @@ import pandas as pd
 
 from sim.core.metrics import REQUEST_COLUMNS, STEP_COLUMNS
 from sim.errors import ResultsError
-from sim.output_paths import check_output_dir
+from sim.files import check_output_folder, dumps_json, read_summary, replace_folder
 
 REQUESTS_FILE = "requests.parquet"
 STEPS_FILE = "steps.parquet"
@@ -61,19 +56,6 @@ class Run:
         return str(self.summary.get("allocator", ""))
 
 
-def _json_safe(value: Any) -> Any:
-    """NaN/inf are not JSON: write them as null; NumPy scalars as Python numbers."""
-    if isinstance(value, dict):
-        return {str(k): _json_safe(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_json_safe(v) for v in value]
-    if hasattr(value, "item") and callable(value.item):
-        value = value.item()
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
-
-
 def _write_layouts(run: Run, folder: Path) -> None:
     layouts_dir = folder / LAYOUTS_DIR
     layouts_dir.mkdir()
@@ -92,53 +74,30 @@ def _write_layouts(run: Run, folder: Path) -> None:
     pd.DataFrame(rows, columns=list(LAYOUT_INDEX_COLUMNS)).to_csv(layouts_dir / "index.csv", index=False)
 
 
-def _is_replaceable(folder: Path) -> bool:
-    """Only an empty folder or a previous kvsim run may be replaced (never a user's other files)."""
-    if not folder.is_dir():
-        return False
-    entries = {p.name for p in folder.iterdir()}
-    return not entries or SUMMARY_FILE in entries
-
-
 def check_run_dir(directory: str | Path) -> Path:
-    """`directory` as a Path if `write_run` may write there, else a one-line user error.
+    """`directory` (resolved) if `write_run` may write there, else a one-line user error.
 
-    Two rules: the folder must be creatable and writable (`sim.output_paths.check_output_dir`, shared
-    with sweeps and reports), and an existing folder must be a kvsim results folder, never anything else.
+    The rule is `sim.files.check_output_folder`: the folder must be creatable and writable, and an
+    existing one must be empty or a kvsim run folder holding nothing kvsim did not write.
 
     Why public: the CLI calls it before simulating, so a run that could never be saved fails in a
     second instead of after minutes of simulation; `write_run` applies the same rule again, because
     the folder may have changed meanwhile.
     """
-    target = check_output_dir(directory, what="results folder")
-    if target.exists() and not _is_replaceable(target):
-        raise ResultsError(f"{target}: exists and is not a kvsim results folder; choose another --output")
-    return target
+    return check_output_folder(directory, "run", what="results folder")
 
 
 def write_run(run: Run, directory: str | Path) -> Path:
     """Write `run` to `directory` atomically: build a temporary sibling, then rename it into place."""
-    target = check_run_dir(directory)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.parent / f".{target.name}.tmp-{uuid.uuid4().hex[:8]}"
-    tmp.mkdir()
-    try:
-        run.requests.to_parquet(tmp / REQUESTS_FILE, index=False)
-        run.steps.to_parquet(tmp / STEPS_FILE, index=False)
+
+    def fill(folder: Path) -> None:
+        run.requests.to_parquet(folder / REQUESTS_FILE, index=False)
+        run.steps.to_parquet(folder / STEPS_FILE, index=False)
         if run.layouts:
-            _write_layouts(run, tmp)
-        text = json.dumps(_json_safe(run.summary), indent=2, sort_keys=False, allow_nan=False)
-        (tmp / SUMMARY_FILE).write_text(text + "\n", encoding="utf-8")
-        if target.exists():
-            old = target.parent / f".{target.name}.old-{uuid.uuid4().hex[:8]}"
-            os.replace(target, old)
-            os.replace(tmp, target)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, target)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+            _write_layouts(run, folder)
+        (folder / SUMMARY_FILE).write_text(dumps_json(run.summary), encoding="utf-8")
+
+    target = replace_folder(directory, "run", fill, what="results folder")
     run.path = target
     return target
 
@@ -163,15 +122,8 @@ def load_run(directory: str | Path) -> Run:
     folder = Path(directory)
     if not folder.is_dir():
         raise ResultsError(f"{folder}: results folder not found")
+    summary = read_summary(folder)
     summary_path = folder / SUMMARY_FILE
-    if not summary_path.is_file():
-        raise ResultsError(f"{folder}: missing {SUMMARY_FILE} (not a complete kvsim results folder)")
-    try:
-        summary = json.loads(summary_path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ResultsError(f"{summary_path}: cannot read JSON ({exc})") from None
-    if not isinstance(summary, dict):
-        raise ResultsError(f"{summary_path}: expected a JSON object")
     missing = [k for k in SUMMARY_KEYS if k not in summary]
     if missing:
         raise ResultsError(f"{summary_path}: missing key(s) {', '.join(missing)}")

@@ -271,8 +271,11 @@ def assert_shown_equals(shown: str, value: float | int | None) -> None:
     if value is None or (isinstance(value, float) and not math.isfinite(value)):
         assert shown == "–"
         return
-    decimals = len(shown.split(".")[1]) if "." in shown else 0
-    if "e" in shown:
-        assert float(shown) == pytest.approx(value, rel=1e-3)
+    # latencies carry their unit: "45.7 ms", "288 s", "3.2 h"
+    number, _, unit = shown.replace(",", "").partition(" ")
+    to_ms = {"": 1.0, "ms": 1.0, "s": 1e3, "h": 3.6e6}[unit]
+    decimals = len(number.split(".")[1]) if "." in number else 0
+    if "e" in number:
+        assert float(number) * to_ms == pytest.approx(value, rel=1e-3)
     else:
-        assert abs(float(shown) - value) <= 0.5 * 10.0**-decimals + 1e-12
+        assert abs(float(number) * to_ms - value) <= (0.5 * 10.0**-decimals + 1e-12) * to_ms

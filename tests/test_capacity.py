@@ -128,7 +128,8 @@ def test_plan_writes_json_and_csv_with_every_simulation(known_plan, tmp_path: Pa
     frame = pd.read_csv(known_plan.write(tmp_path / "plan.csv"))
     assert len(frame) == 6 and {"max_rate_req_s", "max_concurrency", "gpus_needed"} <= set(frame.columns)
     assert json.loads(frame.loc[0, "max_rate_runs"])[0]["seed"] == 0
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["plan.csv", "plan.json"]  # no temp files left
+    # no temp files left; the marker records both files as kvsim's (sim.files)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["kvsim-output.json", "plan.csv", "plan.json"]
 
 
 def test_max_model_len_trade_off_contiguous_collapses_paged_barely_moves() -> None:
@@ -284,7 +285,7 @@ def test_cli_capacity_unwritable_output_is_refused_before_any_simulation(
 
 
 def test_plan_write_refuses_a_missing_folder(known_plan, tmp_path: Path) -> None:
-    from sim.output_paths import OutputPathError
+    from sim.files import OutputPathError
 
     with pytest.raises(OutputPathError, match="does not exist"):
         known_plan.write(tmp_path / "new" / "plan.json")

@@ -97,12 +97,19 @@ def test_output_folder_is_checked_before_simulating(tmp_path: Path, capsys, monk
     (foreign / "notes.txt").write_text("keep me")
     assert run_cli(["run", "--num-prompts", "10", "--output", str(foreign)]) == 2
     err = capsys.readouterr().err
-    assert err == f"error: {foreign}: exists and is not a kvsim results folder; choose another --output\n"
+    assert err == (
+        f"error: results folder {foreign}: exists and is not a kvsim folder (holds notes.txt); "
+        "choose another --output\n"
+    )
     (foreign / "paged").mkdir()
     (foreign / "paged" / "notes.txt").write_text("keep me too")
     args = ["compare", "--num-prompts", "10", "--allocators", "contiguous,paged", "--output", str(foreign)]
     assert run_cli(args) == 2
-    assert f"error: {foreign / 'paged'}: exists and is not a kvsim results folder" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert err.startswith(
+        f"error: compare folder {foreign}: exists and is not a kvsim folder (holds notes.txt, paged)"
+    )
+    assert err.count("\n") == 1
     assert sorted(p.name for p in foreign.rglob("*")) == ["notes.txt", "notes.txt", "paged"]
 
 

@@ -20,7 +20,7 @@ from _report_helpers import (
 
 from sim.cli import main
 from sim.errors import ResultsError
-from sim.output_paths import OutputPathError
+from sim.files import MARKER_FILE, OutputPathError
 from sim.reports import diagnosis
 from sim.reports.figures import PART_COLORS, resample_steps
 from sim.reports.report import FIGURE_FILES, TABLE_COLUMNS, format_value, report
@@ -207,8 +207,47 @@ def test_cli_report_success(compare_dir: Path, capsys: pytest.CaptureFixture[str
 def test_fabricated_diagnosis_shows_only_what_data_shows(compare_dir: Path) -> None:
     html_text = report([compare_dir]).read_text(encoding="utf-8")
     assert 'data-kind="shape_not_capacity"><strong>contiguous</strong>' in html_text
-    assert "so the limit was allocation shape, not capacity" in html_text
+    assert (
+        '<strong>The limit was allocation shape, not capacity</strong> — contiguous <span class="threshold">'
+        in html_text
+    )
     assert "<strong>paged</strong>" not in html_text.split('id="diagnosis"')[1].split("</ul>")[0]
+
+
+def test_diagnosis_opens_with_one_headline_per_finding_naming_its_allocators(compare_dir: Path) -> None:
+    """Issue 11: one headline per kind of finding, the allocators it applies to, details under it."""
+    statements = [
+        diagnosis.Statement("high_waste", "contiguous", "long claim a", "waste ≥ 50 %", detail="waste 82 %"),
+        diagnosis.Statement("rejections", "paged", "long claim b", "at least 1", detail="3 rejected"),
+        diagnosis.Statement(
+            "high_waste", "request_limit", "long claim c", "waste ≥ 50 %", detail="waste 73 %"
+        ),
+    ]
+    found = diagnosis.findings(statements)
+    assert [(f.kind, f.labels) for f in found] == [
+        ("high_waste", ("contiguous", "request_limit")),
+        ("rejections", ("paged",)),
+    ]
+    assert found[0].headline == diagnosis.HEADLINES["high_waste"] and found[0].threshold == "waste ≥ 50 %"
+    assert [s.detail for s in found[0].details] == ["waste 82 %", "waste 73 %"]
+    assert set(diagnosis.HEADLINES) >= {rule.__name__ for rule in diagnosis.RUN_RULES}
+
+    report([compare_dir])
+    markdown = (compare_dir / "report.md").read_text(encoding="utf-8")
+    section = markdown.split("## Diagnosis")[1].split("## Figures")[0]
+    headlines = [line for line in section.splitlines() if line.startswith("- **")]
+    kinds = {s.kind for s in diagnosis.diagnose(dict(zip(*_labels_and_runs(compare_dir), strict=True)))}
+    assert len(headlines) == len(kinds) >= 1
+    for line in headlines:  # each threshold is printed once, on its headline
+        threshold = line.split("(threshold: ")[1]
+        assert section.count(threshold) == 1
+
+
+def _labels_and_runs(folder: Path):
+    from sim.reports.report import expand_results_dirs, load_results, run_labels
+
+    runs = [load_results(path) for path in expand_results_dirs([folder])]
+    return run_labels(runs), runs
 
 
 def test_no_diagnosis_says_so(tmp_path: Path) -> None:
@@ -302,6 +341,7 @@ def test_publish_moves_figures_then_markdown_then_html_then_drops_stale_figures(
 
     monkeypatch.setattr("sim.reports.report.os.replace", recording_replace)
     report(runs[:2], output_dir=out)  # one rate: no figure 5 any more
+    moves = [(name, stale_there) for name, stale_there in moves if name != MARKER_FILE]  # marker: around
     names = [name for name, _ in moves]
     assert names[-2:] == ["report.md", "report.html"]
     assert sorted(names[:-2]) == sorted(CORE_FIGURES)
@@ -332,3 +372,13 @@ def test_crash_while_publishing_keeps_the_previous_report_readable(
     # the old report.md links figure 5: it must still be there; no staging folder is left behind
     assert (out / "figures" / FIGURE_FILES["rate_sweep"]).is_file()
     assert [p.name for p in out.iterdir() if p.name.startswith(".")] == []
+
+
+@pytest.mark.parametrize(
+    ("value_ms", "shown"),
+    [(287858.72, "288 s"), (31164.6, "31.2 s"), (2880.0, "2.88 s"), (45.67, "45.7 ms"), (0.1234, "0.123 ms"),
+     (3.6e6 * 2.5, "2.5 h"), (999.4, "999 ms"), (999.6, "1 s"), (99_960.0, "100 s"), (5e9, "1,389 h")],
+)  # fmt: skip
+def test_long_durations_are_shown_in_sensible_units(value_ms: float, shown: str) -> None:
+    """Issue 11: TTFT 287858.72 ms reads as 288 s; the cell's data-value keeps the raw ms."""
+    assert format_value(value_ms, "ms") == shown

@@ -13,7 +13,7 @@ import pytest
 
 import sim
 from sim.api import run_label
-from sim.reports.report import report
+from sim.reports.report import TABLE_COLUMNS, report
 from sim.results import write_run
 from sim.scenario.scenario import default_scenario
 
@@ -43,7 +43,9 @@ def _playwright():
 def test_report_renders_in_headless_chromium(tmp_path: Path) -> None:
     sync_playwright = _playwright()
     scenario = default_scenario().with_overrides(num_prompts=80, **{"workload.request_rate": 6.0})
-    runs = sim.compare(scenario, allocators=["contiguous", "request_limit:oracle", "paged"])
+    # four runs, two with long labels: the widest summary table a compare of the paper's allocators makes
+    allocators = ["contiguous", "request_limit:oracle:best_fit", "paged", "request_limit:pow2:buddy"]
+    runs = sim.compare(scenario, allocators=allocators)
     written = [write_run(run, tmp_path / "compare" / run_label(label)) for label, run in runs.items()]
     html_path = report(written)
 
@@ -65,6 +67,10 @@ def test_report_renders_in_headless_chromium(tmp_path: Path) -> None:
             temporary = SCREENSHOT.with_name(f".{SCREENSHOT.name}.tmp.png")
             page.screenshot(path=str(temporary), full_page=True)
             shutil.move(temporary, SCREENSHOT)
+            layouts = {}
+            for width in (1280, 900):  # a normal window: everything fits; a narrow one: the table scrolls
+                page.set_viewport_size({"width": width, "height": 900})
+                layouts[width] = page.evaluate(SUMMARY_LAYOUT_JS)
         finally:
             browser.close()
 
@@ -73,3 +79,34 @@ def test_report_renders_in_headless_chromium(tmp_path: Path) -> None:
     assert row_labels == list(runs)
     assert console_errors == []
     assert SCREENSHOT.stat().st_size > 10_000
+    # issue 11: no column of the summary table is cut off at 1280 px (it fits); narrower, it scrolls
+    columns = len(TABLE_COLUMNS) + 1
+    normal, narrow = layouts[1280], layouts[900]
+    assert normal["headers"] == columns and normal["cut"] == [] and not normal["page_overflows"], normal
+    assert narrow["headers"] == columns and narrow["scrollable"] and narrow["cut_after_scrolling"] == [], (
+        narrow
+    )
+
+
+# What a reader sees of the summary table: headers whose right edge lies beyond the visible part of
+# the table's scroll box ("cut"), whether the box scrolls, and what is still cut after scrolling it
+# all the way right (nothing, if the table scrolls rather than clips).
+SUMMARY_LAYOUT_JS = """() => {
+  const table = document.querySelector('#summary');
+  const box = table.closest('.scroll');
+  const headers = Array.from(table.querySelectorAll('thead th'));
+  const cutNow = () => {
+    const right = Math.min(box.getBoundingClientRect().right, window.innerWidth);
+    return headers.filter(th => th.getBoundingClientRect().right > right + 0.5).map(th => th.innerText);
+  };
+  const cut = cutNow();
+  const overflow = getComputedStyle(box).overflowX;
+  const scrollable = ['auto', 'scroll'].includes(overflow) && box.scrollWidth > box.clientWidth;
+  box.scrollLeft = box.scrollWidth;
+  const last = headers[headers.length - 1].getBoundingClientRect();
+  const cutAfter = last.right > Math.min(box.getBoundingClientRect().right, window.innerWidth) + 0.5
+    ? [headers[headers.length - 1].innerText] : [];
+  box.scrollLeft = 0;
+  return {headers: headers.length, cut: cut, scrollable: scrollable, cut_after_scrolling: cutAfter,
+          page_overflows: document.documentElement.scrollWidth > window.innerWidth};
+}"""

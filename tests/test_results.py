@@ -10,6 +10,7 @@ import pytest
 
 from sim.api import compare, simulate
 from sim.errors import KvsimError, ResultsError
+from sim.files import OutputPathError
 from sim.results import check_run_dir, load_run, write_run
 from sim.scenario.scenario import default_scenario
 
@@ -21,7 +22,8 @@ def small_run():
 
 def test_round_trip_keeps_tables_and_summary(small_run, tmp_path: Path) -> None:
     folder = write_run(small_run, tmp_path / "run")
-    assert sorted(p.name for p in folder.iterdir()) == ["requests.parquet", "steps.parquet", "summary.json"]
+    names = sorted(p.name for p in folder.iterdir())
+    assert names == ["kvsim-output.json", "requests.parquet", "steps.parquet", "summary.json"]
     loaded = load_run(folder)
     pd.testing.assert_frame_equal(loaded.requests, small_run.requests)
     pd.testing.assert_frame_equal(loaded.steps, small_run.steps)
@@ -34,15 +36,20 @@ def test_round_trip_keeps_tables_and_summary(small_run, tmp_path: Path) -> None:
     assert not list(tmp_path.glob(".run.*"))  # no temporary leftovers
 
 
-def test_rewrite_replaces_a_previous_run_but_never_a_foreign_folder(small_run, tmp_path: Path) -> None:
+def test_rewrite_replaces_a_previous_run_but_never_a_foreign_file(small_run, tmp_path: Path) -> None:
+    """A kvsim run folder is replaced whole; one holding a file kvsim did not write is refused (issue 11)."""
     folder = write_run(small_run, tmp_path / "run")
-    (folder / "stale.txt").write_text("from an older run")
-    write_run(small_run, folder)
-    assert not (folder / "stale.txt").exists()
+    before = (folder / "summary.json").read_bytes()
+    assert write_run(small_run, folder) == folder
+    assert (folder / "summary.json").read_bytes() == before
+    (folder / "notes.txt").write_text("mine, inside a kvsim folder")
+    with pytest.raises(OutputPathError, match=r"holds files kvsim did not write \(notes.txt\)"):
+        write_run(small_run, folder)
+    assert (folder / "notes.txt").read_text() == "mine, inside a kvsim folder"
     foreign = tmp_path / "mine"
     foreign.mkdir()
     (foreign / "notes.txt").write_text("keep me")
-    with pytest.raises(ResultsError, match="not a kvsim results folder"):
+    with pytest.raises(OutputPathError, match=r"exists and is not a kvsim folder \(holds notes.txt\)"):
         write_run(small_run, foreign)
     assert (foreign / "notes.txt").read_text() == "keep me"
 
@@ -60,7 +67,7 @@ def test_check_run_dir_applies_write_runs_rule(small_run, tmp_path: Path) -> Non
     (foreign / "notes.txt").write_text("keep me")
     a_file = tmp_path / "file.txt"
     a_file.write_text("x")
-    with pytest.raises(ResultsError, match=f"^{foreign}: exists and is not a kvsim results folder"):
+    with pytest.raises(OutputPathError, match=f"^results folder {foreign}: exists and is not a kvsim folder"):
         check_run_dir(foreign)
     with pytest.raises(KvsimError, match=f"^results folder {a_file}: is a file, not a folder"):
         check_run_dir(a_file)

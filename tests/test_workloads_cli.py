@@ -54,7 +54,8 @@ def test_describe_plot_writes_a_png_atomically(tmp_path: Path, capsys) -> None:
     )
     assert code == 0 and f"figure written to {target}" in out
     assert target.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert [p.name for p in tmp_path.iterdir()] == ["w.png"]  # no temp file left behind
+    # no temp file left behind; the marker records the figure as kvsim's (sim.files)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["kvsim-output.json", "w.png"]
 
 
 def test_describe_a_trace_with_prefix_information(traces_dir: Path, capsys) -> None:

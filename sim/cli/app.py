@@ -31,6 +31,9 @@ def build_app() -> typer.Typer:
         no_args_is_help=True,
         add_completion=False,
         pretty_exceptions_enable=False,
+        # Click's plain help, not rich's boxed table: rich squeezes the flag column at 80 columns and
+        # cuts long vLLM flag names (`--gpu-memory-util…`); click wraps the help text instead.
+        rich_markup_mode=None,
     )
     for name in COMMAND_MODULES:
         importlib.import_module(f"sim.cli.{name}").register(app)

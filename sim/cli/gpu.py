@@ -8,7 +8,6 @@ validates the results folder first, so a bad folder is reported even there.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -17,12 +16,17 @@ import typer
 
 def _model_from_results(results_dir: Path) -> dict[str, Any]:
     """Attention shape of the simulated model (per GPU of the TP group) from the first summary.json found."""
+    from sim.errors import ResultsError
+    from sim.files import read_summary
+
     for candidate in [results_dir / "summary.json", *sorted(results_dir.glob("*/summary.json"))]:
         if not candidate.is_file():
             continue
         try:
-            scenario = json.loads(candidate.read_text()).get("scenario", {})
-        except (OSError, json.JSONDecodeError, AttributeError):
+            scenario = read_summary(candidate.parent).get("scenario", {})
+        except ResultsError:
+            continue
+        if not isinstance(scenario, dict):
             continue
         model = scenario.get("model")
         try:
@@ -65,15 +69,21 @@ def register(app: typer.Typer) -> None:
         _check_range("--max-point-gb", max_point_gb, 0.5, 64.0)
         _check_range("--repeats", repeats, 20, 1000)
         from gpu.backend import require_cupy
+        from sim.files import adopt_files, check_output_file
 
+        raw_path = raw_csv if raw_csv is not None else output.with_suffix(".raw.csv")
+        # gpu/ writes the files (it may not import sim/); the rule on whose files they may replace is
+        # checked here, before any measurement, and what was written is recorded as kvsim's after.
+        check_output_file(output, "calibrate", what="--output")
+        check_output_file(raw_path, "calibrate", what="--raw-csv")
         require_cupy()  # one line and exit 2 without a device, before any work
         from gpu.calibrate import run_calibration, summary_table, write_outputs
 
         profile, rows = run_calibration(
             seed=seed, quick=quick, max_point_bytes=int(max_point_gb * 1e9), repeats=repeats, log=typer.echo
         )
-        raw_path = raw_csv if raw_csv is not None else output.with_suffix(".raw.csv")
         write_outputs(profile, rows, output, raw_path)
+        adopt_files([output, raw_path], "calibrate")
         typer.echo(summary_table(profile))
         typer.echo(f"wrote {output} and {raw_path}")
 
@@ -102,8 +112,12 @@ def register(app: typer.Typer) -> None:
             if value is not None:
                 _check_range(flag, value, 1, 1_000_000)
         from gpu.replay import ReplayModel, load_snapshots, replay, replay_table, rows_to_csv
+        from sim.files import check_output_file, publish_files, write_error
 
         load_snapshots(results_dir)  # validate the folder first: a bad folder is reported on any machine
+        target = check_output_file(
+            output if output is not None else results_dir / "replay.csv", "replay", what="--output"
+        )
         model = ReplayModel.resolve(
             _model_from_results(results_dir), num_q_heads=num_q_heads, num_kv_heads=num_kv_heads,
             head_dim=head_dim, num_layers=num_layers, dtype=dtype,
@@ -114,9 +128,9 @@ def register(app: typer.Typer) -> None:
         rows = replay(
             results_dir, model, budget_bytes=int(budget_gb * 1e9), repeats=repeats, max_steps=max_steps
         )
-        from gpu.profile import write_text_atomic
-
-        target = output if output is not None else results_dir / "replay.csv"
-        write_text_atomic(target, rows_to_csv(rows))
+        try:
+            publish_files(target.parent, "replay", [(target.name, rows_to_csv(rows))])
+        except OSError as exc:
+            raise write_error("--output", target, exc) from None
         typer.echo(replay_table(rows))
         typer.echo(f"wrote {target}")

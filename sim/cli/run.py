@@ -282,6 +282,10 @@ def _overrides(**flags: Any) -> dict[str, Any]:
 
 def scenario_from_flags(flags: dict[str, Any]) -> Any:
     """The Scenario a command's flags describe (--config, named flags, then --set pairs)."""
+    from sim.files import plain_name
+
+    if flags["name"] is not None:
+        plain_name(flags["name"])  # it names the default results folder: results/<name>
     overrides = merge_overrides(_overrides(**flags), parse_set_pairs(flags["set_pairs"] or []))
     return build_scenario(flags["config"], overrides)
 
@@ -325,11 +329,14 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Simulate one scenario, print its summary and write its results folder."""
         from sim.api import simulate
+        from sim.files import plain_name
         from sim.results import check_run_dir, write_run
 
         flags = dict(locals())
         scenario = scenario_from_flags(flags)
-        target = check_run_dir(output if output is not None else Path("results") / scenario.name)
+        if output is None:
+            output = Path("results") / plain_name(scenario.name, what="scenario name")
+        target = check_run_dir(output)
         run = simulate(scenario, progress=_show_progress(quiet))
         target = write_run(run, target)
         label = run.allocator
@@ -381,6 +388,7 @@ def register(app: typer.Typer) -> None:
         """Run the same workload and seed through several allocators and print them side by side."""
         from sim.api import DEFAULT_COMPARE_ALLOCATORS, compare, run_label
         from sim.errors import ScenarioError
+        from sim.files import check_output_folder, ensure_folder
         from sim.results import check_run_dir, write_run
 
         flags = dict(locals())
@@ -390,14 +398,15 @@ def register(app: typer.Typer) -> None:
             if not names:
                 raise ScenarioError("--allocators: give at least one allocator, e.g. paged,contiguous")
         scenario = scenario_from_flags(flags)
-        # Every run folder is checked before the first simulation (each may take minutes).
-        if Path(output).exists() and not Path(output).is_dir():
-            raise ScenarioError(f"{output}: exists and is not a folder; choose another --output")
+        # The folder and every run folder are checked before the first simulation (each may take
+        # minutes): a compare folder holds only kvsim's runs and report (`sim.files`).
+        output = check_output_folder(output, "compare", what="compare folder")
         for allocator_name in names or DEFAULT_COMPARE_ALLOCATORS:
             label = scenario.with_overrides(allocator=allocator_name).allocator.label
-            check_run_dir(Path(output) / run_label(label))
+            check_run_dir(output / run_label(label))
         runs = compare(scenario, names, progress=_show_progress(quiet))
-        written = [write_run(run, Path(output) / run_label(label)) for label, run in runs.items()]
+        ensure_folder(output, "compare", what="compare folder")
+        written = [write_run(run, output / run_label(label)) for label, run in runs.items()]
         labels = list(runs)
         rows = [
             [name, *(summary_cell(runs[label].metrics, key, spec) for label in labels)]

@@ -86,7 +86,9 @@ def format_summary(summary: dict[str, Any]) -> str:
 
 def register(app: typer.Typer) -> None:
     """Add the `workload` command group to the kvsim app."""
-    group = typer.Typer(help="Inspect workloads: presets and real traces.", no_args_is_help=True)
+    group = typer.Typer(
+        help="Inspect workloads: presets and real traces.", no_args_is_help=True, rich_markup_mode=None
+    )
 
     @group.command("describe")
     def describe_cmd(
@@ -125,7 +127,10 @@ def register(app: typer.Typer) -> None:
         from workloads.plot import check_plot_path
 
         if plot:
+            from sim.files import check_output_file
+
             check_plot_path(plot)  # before any work: never print a summary and then fail on the figure
+            check_output_file(plot, "describe-plot", what="--plot")  # never over a file kvsim did not write
         df = workloads.load(
             spec_or_file,
             seed=seed,
@@ -145,7 +150,10 @@ def register(app: typer.Typer) -> None:
         else:
             typer.echo(format_summary(summary))
         if plot:
+            from sim.files import adopt_files
+
             written = workloads.plot(df, plot)
+            adopt_files([written], "describe-plot")
             typer.echo(f"figure written to {written}")
 
     @group.command("list")

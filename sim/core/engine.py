@@ -235,8 +235,14 @@ class Engine:
                 if self.source.exhausted and sched.idle:
                     return
                 self._idle = env.event()
+                # Idle time is part of the taxonomy's span (docs/metrics.md): the memory as the
+                # allocator holds it while nothing runs (free, and any cached prefix blocks).
+                idle_parts = alloc.breakdown(
+                    sched.next_demand_tokens() if sched.waiting or sched.swapped else 0
+                )
                 yield self._idle
                 self._idle = None
+                integrals.add_constant(idle_parts, env.now - now)
                 continue
 
             self.turns += 1

@@ -393,12 +393,16 @@ def summarize(
             finished["normalized_latency_s_per_token"].to_numpy(np.float64), "normalized_latency_s_per_token"
         )
     )
+    # The taxonomy over the whole simulated span, idle time included (the engine integrates the idle
+    # allocator too), so the parts sum to 100 % of capacity; a zero-length run is all free.
+    # waste_pct = wasted allocated slot-time / allocated slot-time; nothing allocated: no waste (0).
     span_token_s = duration_s * capacity_tokens
-    for name in INTEGRATED_PARTS:
-        value = float(totals.get(f"{name}_token_s", 0.0))
-        metrics[f"kv_{name}_pct"] = 100.0 * value / span_token_s if span_token_s > 0 else 0.0
-    allocated = span_token_s - float(totals.get("free_token_s", 0.0))
-    token_states = float(totals.get("token_states_token_s", 0.0))
+    part_token_s = {name: float(totals.get(f"{name}_token_s", 0.0)) for name in INTEGRATED_PARTS}
+    for name, value in part_token_s.items():
+        empty_span_pct = 100.0 if name == "free" else 0.0
+        metrics[f"kv_{name}_pct"] = 100.0 * value / span_token_s if span_token_s > 0 else empty_span_pct
+    allocated = sum(value for name, value in part_token_s.items() if name != "free")
+    token_states = part_token_s["token_states"]
     metrics["waste_pct"] = 100.0 * (1.0 - token_states / allocated) if allocated > 0 else 0.0
     metrics["mean_concurrency"] = float(totals["running_seq_s"]) / duration_s if duration_s > 0 else 0.0
     metrics["max_concurrency"] = int(totals["max_running"])

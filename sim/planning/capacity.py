@@ -19,10 +19,8 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import math
 import os
-import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -31,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from sim.errors import KvsimError
-from sim.output_paths import check_output_file, write_error
+from sim.files import check_output_file, dumps_json, publish_files, write_error
 
 DEFAULT_MAX_MODEL_LENS: tuple[int, ...] = (2048, 4096, 8192, 16384, 32768)
 DEFAULT_REL_TOL = 0.05  # bisection stops when hi/lo - 1 <= this
@@ -561,45 +559,30 @@ class CapacityPlan:
         flat = []
         for row in self.rows:
             flat.append(
-                {
-                    k: (json.dumps(v, default=_json_default) if isinstance(v, list | dict) else v)
-                    for k, v in row.items()
-                }
+                {k: (dumps_json(v, indent=None) if isinstance(v, list | dict) else v) for k, v in row.items()}
             )
         return pd.DataFrame(flat)
 
     def write(self, path: str | os.PathLike[str]) -> Path:
-        """JSON (.json) or CSV (.csv) by suffix, through a temp file and os.replace.
+        """JSON (.json) or CSV (.csv) by suffix, atomically through `sim.files` (one JSON rule).
 
         The folder must already exist (`check_plan_output`): a mistyped folder is refused rather
-        than created. Any OSError while writing becomes one line naming the file.
+        than created, and so is a file of the same name that kvsim did not write. Any OSError while
+        writing becomes one line naming the file.
         """
         target = check_plan_output(path)
         suffix = target.suffix.lower()
         if suffix == ".json":
-            text = json.dumps(self.to_dict(), indent=2, default=_json_default, allow_nan=True) + "\n"
-        elif suffix == ".csv":
+            text = dumps_json(self.to_dict())
+        else:
             buffer = io.StringIO()
             frame = self.to_frame()
             frame.to_csv(buffer, index=False, quoting=csv.QUOTE_MINIMAL)
             text = buffer.getvalue()
         try:
-            handle, temp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+            publish_files(target.parent, "capacity", [(target.name, text)])
         except OSError as exc:
             raise write_error("--output", target, exc) from None
-        try:
-            with os.fdopen(handle, "w") as out:
-                out.write(text)
-            mask = os.umask(0)
-            os.umask(mask)
-            os.chmod(temp_name, 0o666 & ~mask)  # mkstemp makes 0600; a plan is as readable as any output
-            os.replace(temp_name, target)
-        except OSError as exc:
-            Path(temp_name).unlink(missing_ok=True)
-            raise write_error("--output", target, exc) from None
-        except BaseException:
-            Path(temp_name).unlink(missing_ok=True)
-            raise
         return target
 
     def rich_table(self) -> Any:
@@ -655,19 +638,11 @@ def check_plan_output(path: str | os.PathLike[str]) -> Path:
     target = Path(path)
     if target.suffix.lower() not in (".json", ".csv"):
         raise CapacityError(f"--output {target}: suffix must be .json or .csv")
-    return check_output_file(target, what="--output")
+    return check_output_file(target, "capacity", what="--output")
 
 
 def _rate_flag(status: str | None) -> str:
     return {"below_bracket": " (<)", "above_bracket": " (>=)"}.get(status or "", "")
-
-
-def _json_default(value: Any) -> Any:
-    if isinstance(value, np.integer):
-        return int(value)
-    if isinstance(value, np.floating):
-        return float(value)
-    return str(value)
 
 
 def gpus_for_target(

@@ -29,8 +29,9 @@ class Statement:
 
     kind: str
     label: str
-    text: str
+    text: str  # the whole claim, readable on its own (notebooks print it)
     threshold: str
+    detail: str = ""  # only this run's numbers: the report lists it under the finding's headline
 
 
 @dataclass(frozen=True)
@@ -105,6 +106,8 @@ def shape_not_capacity(label: str, run: RunLike, t: Thresholds) -> Statement | N
         "the next request, so the limit was allocation shape, not capacity",
         f"peak queue ≥ {t.queue_min_requests} and external fragmentation ≥ {t.external_pct:g} % of capacity, "
         "time-averaged while requests waited",
+        detail=f"queue peaked at {max_queue}; {external_pct:.0f} % of KV memory free but too fragmented "
+        "for the next request",
     )
 
 
@@ -123,6 +126,8 @@ def reserved_but_unused(label: str, run: RunLike, t: Thresholds) -> Statement | 
         "not on token states",
         f"peak queue ≥ {t.queue_min_requests} and reservation + internal ≥ {t.reserved_unused_pct:g} % of "
         "capacity, time-averaged while requests waited",
+        detail=f"queue peaked at {max_queue}; {unused_pct:.0f} % of KV memory reserved without a token "
+        f"({internal_pct:.0f} % for tokens never generated)",
     )
 
 
@@ -156,6 +161,9 @@ def concurrency_tracked_max_model_len(label: str, run: RunLike, t: Thresholds) -
         f"peak queue ≥ {t.queue_min_requests}, concurrency while requests waited within "
         f"±{100 * t.max_model_len_tolerance:g} % of capacity / max_model_len, and actual lengths would fit "
         f"≥ {t.actual_fit_factor:g}× more sequences",
+        detail=f"while up to {max_queue} requests waited, concurrency averaged {waiting_concurrency:.1f} ≈ "
+        f"{capacity_tokens:.0f} / {int(max_model_len)} = {bound}; requests averaged "
+        f"{mean_length_tokens:.0f} tokens, room for about {would_fit:.0f}",
     )
 
 
@@ -170,6 +178,8 @@ def duplication(label: str, run: RunLike, t: Thresholds) -> Statement | None:
         f"{duplicated_pct:.1f} % of KV memory held second copies of shared prefixes; sharing them "
         "(paged blocks with prefix caching) would free that memory",
         f"duplicated ≥ {t.duplicated_pct:g} % of capacity, time-averaged",
+        detail=f"{duplicated_pct:.1f} % of KV memory; sharing the prefixes (paged blocks with prefix "
+        "caching) would free it",
     )
 
 
@@ -183,6 +193,7 @@ def high_waste(label: str, run: RunLike, t: Thresholds) -> Statement | None:
         label,
         f"{waste_pct:.0f} % of the allocated KV memory held no token state",
         f"waste ≥ {t.waste_pct:g} % of allocated KV, time-averaged",
+        detail=f"waste {waste_pct:.0f} % of allocated KV",
     )
 
 
@@ -198,6 +209,8 @@ def queue_growth(label: str, run: RunLike, t: Thresholds) -> Statement | None:
         f"queue peaked at {_max_queue(run)}: arrivals outpaced service at this request rate",
         f"backlog growth ≥ {t.queue_growth_req_per_s:g} requests/s over the second half of the arrivals "
         f"and peak queue ≥ {t.queue_min_requests}",
+        detail=f"requests in the system grew by {growth:.2f}/s over the second half of the arrivals; "
+        f"queue peaked at {_max_queue(run)}",
     )
 
 
@@ -214,6 +227,7 @@ def preemptions(label: str, run: RunLike, t: Thresholds) -> Statement | None:
         f"memory ran out mid-decode {count:.0f} times ({share_pct:.0f} per 100 requests), so sequences "
         "were preempted and their work redone",
         f"preemptions ≥ {t.preemption_share_pct:g} per 100 requests",
+        detail=f"{count:.0f} preemptions ({share_pct:.0f} per 100 requests)",
     )
 
 
@@ -227,6 +241,7 @@ def rejections(label: str, run: RunLike, t: Thresholds) -> Statement | None:
         label,
         f"{count:.0f} request(s) were rejected outright and never served",
         "at least 1 rejection",
+        detail=f"{count:.0f} request(s) rejected",
     )
 
 
@@ -282,6 +297,8 @@ def concurrency_comparison(runs: Mapping[str, RunLike], t: Thresholds) -> list[S
                 f"{worst} on the same workload "
                 f"(mean concurrency {concurrency[best]:.1f} vs {concurrency[worst]:.1f})",
                 f"ratio of mean concurrency ≥ {t.concurrency_ratio:g}",
+                detail=f"{best} kept {concurrency[best] / concurrency[worst]:.1f}× as many sequences running "
+                f"(mean concurrency {concurrency[best]:.1f} vs {concurrency[worst]:.1f})",
             )
         )
     return statements
@@ -297,6 +314,49 @@ def diagnose(runs: Mapping[str, RunLike], thresholds: Thresholds = THRESHOLDS) -
                 statements.append(statement)
     statements.extend(concurrency_comparison(runs, thresholds))
     return statements
+
+
+# One headline per kind of finding: the report opens with these, naming the allocators each applies
+# to, and lists each allocator's numbers under it (so a claim is not repeated once per allocator).
+HEADLINES: dict[str, str] = {
+    "shape_not_capacity": "The limit was allocation shape, not capacity",
+    "reserved_but_unused": "Requests waited on reservations, not on token states",
+    "concurrency_tracked_max_model_len": "Concurrency tracked max_model_len, not actual lengths",
+    "queue_growth": "Arrivals outpaced service",
+    "duplication": "Shared prefixes were stored twice",
+    "high_waste": "Most of the allocated KV memory held no token state",
+    "preemptions": "Memory ran out mid-decode: sequences were preempted and redone",
+    "rejections": "Requests were rejected outright",
+    "concurrency_comparison": "Allocators kept very different numbers of sequences running",
+}
+
+
+@dataclass(frozen=True)
+class Finding:
+    """Every statement of one kind: a headline, the allocators it applies to, the bar, the details."""
+
+    kind: str
+    headline: str
+    labels: tuple[str, ...]
+    threshold: str
+    details: tuple[Statement, ...]
+
+
+def findings(statements: list[Statement]) -> list[Finding]:
+    """Statements grouped by kind, in the order each kind first appears (rule order, then comparisons)."""
+    grouped: dict[str, list[Statement]] = {}
+    for statement in statements:
+        grouped.setdefault(statement.kind, []).append(statement)
+    return [
+        Finding(
+            kind=kind,
+            headline=HEADLINES.get(kind, kind.replace("_", " ")),
+            labels=tuple(dict.fromkeys(s.label for s in group)),
+            threshold=group[0].threshold,
+            details=tuple(group),
+        )
+        for kind, group in grouped.items()
+    ]
 
 
 def as_dicts(statements: list[Statement]) -> list[dict[str, Any]]:

@@ -77,6 +77,8 @@ ALLOCATOR_LINESTYLES: tuple[str, ...] = ("-", "--", "-.", ":")
 MAX_TIME_POINTS = 600
 # CDFs are drawn through at most this many quantiles.
 MAX_CDF_POINTS = 1000
+# A millisecond latency axis is drawn in seconds once its largest value reaches this many ms.
+SECONDS_FROM_MS = 10_000.0
 # A latency axis turns logarithmic when its values span at least this factor.
 LOG_SCALE_SPAN = 30.0
 
@@ -288,12 +290,19 @@ def latency_cdfs(runs: Mapping[str, RunLike]) -> Figure:
         fig, axes = _subplots(1, len(LATENCY_COLUMNS), figsize=(10.0, 3.4))
         for ax, (column, axis_label) in zip(axes, LATENCY_COLUMNS, strict=True):
             smallest, largest = math.inf, 0.0
-            for index, (label, run) in enumerate(runs.items()):
-                values = pd.to_numeric(run.requests[column], errors="coerce").to_numpy(dtype=float)
-                values = values[np.isfinite(values)]
+            per_run = {
+                label: pd.to_numeric(run.requests[column], errors="coerce").to_numpy(dtype=float)
+                for label, run in runs.items()
+            }
+            per_run = {label: values[np.isfinite(values)] for label, values in per_run.items()}
+            largest_value = max((float(v.max()) for v in per_run.values() if len(v)), default=0.0)
+            scale = 1.0
+            if column.endswith("_ms") and largest_value >= SECONDS_FROM_MS:  # 288 s, not 287,859 ms
+                scale, axis_label = 1e-3, axis_label.replace("(ms)", "(s)")
+            for index, (label, values) in enumerate(per_run.items()):
                 if len(values) == 0:
                     continue
-                xs, ys = _cdf_points(values)
+                xs, ys = _cdf_points(values * scale)
                 smallest, largest = min(smallest, float(xs[0])), max(largest, float(xs[-1]))
                 ax.step(xs, ys, where="post", label=label, linewidth=1.2, **allocator_style(index))
             ax.set_xlabel(axis_label)

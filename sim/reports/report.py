@@ -19,8 +19,6 @@ import html
 import json
 import math
 import os
-import shutil
-import tempfile
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -32,7 +30,7 @@ import pandas as pd
 
 from allocators.base import BREAKDOWN_PARTS
 from sim.errors import ResultsError
-from sim.output_paths import check_output_dir, write_error
+from sim.files import check_files_in_folder, check_output_dir, publish_files, write_error
 from sim.reports import diagnosis, figures
 from sim.results import STEPS_FILE, SUMMARY_FILE, load_run
 from sim.sweeps.runner import CELLS_DIR, SWEEP_TABLE
@@ -54,10 +52,10 @@ TABLE_COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("max_concurrency", "max conc.", "count"),
     ("request_throughput", "req/s", "float3"),
     ("output_throughput", "output tok/s", "float1"),
-    ("median_ttft_ms", "p50 TTFT ms", "float2"),
-    ("p99_ttft_ms", "p99 TTFT ms", "float2"),
-    ("median_tpot_ms", "p50 TPOT ms", "float2"),
-    ("p99_tpot_ms", "p99 TPOT ms", "float2"),
+    ("median_ttft_ms", "p50 TTFT", "ms"),
+    ("p99_ttft_ms", "p99 TTFT", "ms"),
+    ("median_tpot_ms", "p50 TPOT", "ms"),
+    ("p99_tpot_ms", "p99 TPOT", "ms"),
     ("mean_normalized_latency_s_per_token", "norm. latency s/token", "sig4"),
     ("preemptions", "preemptions", "count"),
     ("rejected", "rejections", "count"),
@@ -118,9 +116,10 @@ FIGURE_CAPTIONS: dict[str, str] = {
 
 
 UNITS_NOTE = (
-    "Taxonomy parts (token states ... free) are time-averaged % of KV capacity; waste is % of allocated KV "
-    "holding no token state; concurrency counts running sequences; latencies are per completed request "
-    "(p50/p99), normalized latency is the mean end-to-end latency per output token."
+    "Taxonomy parts (token states ... free) are time-averaged % of KV capacity over the whole run, idle "
+    "time included (they sum to 100); waste is % of allocated KV slot-time holding no token state; "
+    "concurrency counts running sequences; latencies are per completed request (p50/p99, in ms or s as "
+    "marked), normalized latency is the mean end-to-end latency per output token."
 )
 
 
@@ -285,7 +284,26 @@ def format_value(value: Any, kind: str) -> str:
         return f"{number:.3f}"
     if kind == "sig4":
         return f"{number:.4g}"
+    if kind == "ms":
+        return format_duration_ms(number)
     raise ValueError(f"unknown number format {kind!r}")
+
+
+def format_duration_ms(value_ms: float) -> str:
+    """A latency in the unit a reader takes in at a glance: '45.7 ms', '2.88 s', '288 s', '3.2 h'.
+
+    Why: a saturated run's TTFT of 287858.72 ms is 288 s; milliseconds stay for sub-second values.
+    Three significant digits, as the figures' axes; the raw ms value stays in the cell's data-value.
+    """
+    if value_ms < 999.5:  # what rounds to 1000 ms is shown as 1 s
+        return f"{value_ms:.3g} ms"
+    seconds = value_ms / 1000.0
+    if seconds < 99.95:
+        return f"{seconds:.3g} s"
+    if seconds < 3600.0:
+        return f"{seconds:.0f} s"
+    hours = seconds / 3600.0
+    return f"{hours:.3g} h" if hours < 99.95 else f"{hours:,.0f} h"
 
 
 def summary_rows(labels: Sequence[str], runs: Sequence[LoadedRun]) -> list[tuple[str, list[tuple[Any, str]]]]:
@@ -436,8 +454,24 @@ tbody tr:nth-child(even) { background: #fafafa; }
 figure { margin: 1em 0 2em; } figure img { max-width: 100%; height: auto; border: 1px solid #eee; }
 figcaption { color: #444; font-size: 0.9em; }
 .threshold { color: #666; font-size: 0.9em; }
+#summary { font-size: 0.7em; }
+#summary th, #summary td { padding: 0.2em 0.3em; }
+#summary td.label { white-space: normal; min-width: 8em; max-width: 13em; }
+#summary .label { position: sticky; left: 0; z-index: 1; background: #fff; }
+#summary th.label { background: #f0f0f0; }
+#summary tbody tr:nth-child(even) td.label { background: #fafafa; }
+#diagnosis .detail { margin: 0.1em 0; }
 @media print { body { max-width: none; } figure { page-break-inside: avoid; } }
 """
+
+
+def _breakable(label: str) -> str:
+    """An allocator label, escaped, that may wrap after ':' (request_limit:oracle:best_fit).
+
+    Why: the summary table must fit a 1280 px window with every column visible (issue 11); the label
+    column is the one that can give up width.
+    """
+    return html.escape(label).replace(":", ":<wbr>")
 
 
 def render_html(
@@ -463,7 +497,7 @@ def render_html(
     out += [f'<th data-metric="{esc(key)}">{esc(header)}</th>' for key, header, _ in table_columns(runs)]
     out.append("</tr></thead><tbody>")
     for label, cells in summary_rows(labels, runs):
-        out.append(f'<tr><td class="label">{esc(label)}</td>')
+        out.append(f'<tr><td class="label">{_breakable(label)}</td>')
         for (key, _, _), (raw, shown) in zip(table_columns(runs), cells, strict=True):
             out.append(f'<td data-metric="{esc(key)}" data-value="{esc(json.dumps(raw))}">{esc(shown)}</td>')
         out.append("</tr>")
@@ -471,12 +505,18 @@ def render_html(
     out.append("<h2>Diagnosis</h2>")
     if statements:
         out.append('<ul id="diagnosis">')
-        for statement in statements:
+        for finding in diagnosis.findings(list(statements)):
             out.append(
-                f'<li data-kind="{esc(statement.kind)}"><strong>{esc(statement.label)}</strong>: '
-                f"{esc(statement.text)} "
-                f'<span class="threshold">(threshold: {esc(statement.threshold)})</span></li>'
+                f'<li class="finding" data-finding="{esc(finding.kind)}">'
+                f"<strong>{esc(finding.headline)}</strong> — {esc(', '.join(finding.labels))} "
+                f'<span class="threshold">(threshold: {esc(finding.threshold)})</span><ul>'
             )
+            out += [
+                f'<li class="detail" data-kind="{esc(s.kind)}"><strong>{esc(s.label)}</strong>: '
+                f"{esc(s.detail or s.text)}</li>"
+                for s in finding.details
+            ]
+            out.append("</ul></li>")
         out.append("</ul>")
     else:
         out.append(f'<p id="diagnosis">{esc(diagnosis.NOTHING_TO_REPORT)}</p>')
@@ -531,7 +571,11 @@ def render_markdown(
         lines.append("| " + " | ".join([_md_cell(label), *(shown for _, shown in cells)]) + " |")
     lines += ["", "## Diagnosis", ""]
     if statements:
-        lines += [f"- **{s.label}**: {s.text} (threshold: {s.threshold})" for s in statements]
+        for finding in diagnosis.findings(list(statements)):
+            lines.append(
+                f"- **{finding.headline}** — {', '.join(finding.labels)} (threshold: {finding.threshold})"
+            )
+            lines += [f"  - {s.label}: {s.detail or s.text}" for s in finding.details]
     else:
         lines.append(diagnosis.NOTHING_TO_REPORT)
     lines += ["", "## Figures", ""]
@@ -548,34 +592,24 @@ def render_markdown(
 
 
 def _publish(output_dir: Path, pngs: Mapping[str, bytes], markdown: str, page: str) -> None:
-    """Write everything to a staging folder, then move it into place so that no reader sees a mix.
+    """Write the report through `sim.files.publish_files`, so that no reader sees a mix.
 
-    Order of the moves: every new figure first (each with one os.replace), then report.md, then
-    report.html, and only then are figures of an earlier report that this one does not produce
-    (e.g. a sweep's figure 5) removed. So at any instant report.md links only figures that exist
-    (the old report.md still finds its old figure 5; the new one never links it), report.html is
+    Order of the moves: every new figure first, then report.md, then report.html, and only then are
+    figures of an earlier report that this one does not produce (e.g. a sweep's figure 5) removed,
+    and only those kvsim wrote. So at any instant report.md links only figures that exist (the old
+    report.md still finds its old figure 5; the new one never links it), report.html is
     self-contained either way, and a crash part-way leaves the previous report readable, not a
-    report.md of one run beside a report.html of another. Staging lives inside `output_dir` so that
-    every move is a same-filesystem rename.
+    report.md of one run beside a report.html of another.
     """
-    output_dir.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".kvsim-report-", dir=output_dir))
-    try:
-        for key, png in pngs.items():
-            (staging / FIGURE_FILES[key]).write_bytes(png)
-        (staging / "report.md").write_text(markdown, encoding="utf-8")
-        (staging / "report.html").write_text(page, encoding="utf-8")
-        figures_dir = output_dir / "figures"
-        figures_dir.mkdir(exist_ok=True)
-        for key in pngs:
-            os.replace(staging / FIGURE_FILES[key], figures_dir / FIGURE_FILES[key])
-        os.replace(staging / "report.md", output_dir / "report.md")
-        os.replace(staging / "report.html", output_dir / "report.html")
-        for key, name in FIGURE_FILES.items():
-            if key not in pngs:
-                (figures_dir / name).unlink(missing_ok=True)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+    files: list[tuple[str, bytes | str]] = [(f"figures/{FIGURE_FILES[k]}", png) for k, png in pngs.items()]
+    files += [("report.md", markdown), ("report.html", page)]
+    stale = [f"figures/{name}" for key, name in FIGURE_FILES.items() if key not in pngs]
+    publish_files(output_dir, "report", files, remove=stale)
+
+
+def report_files(pngs: Mapping[str, bytes]) -> list[str]:
+    """The files (relative to the report folder) a report with these figures writes."""
+    return ["report.md", "report.html", *(f"figures/{FIGURE_FILES[key]}" for key in pngs)]
 
 
 def default_output_dir(results_dirs: Sequence[Path]) -> Path:
@@ -605,6 +639,8 @@ def report(
     labels = run_labels(runs)
     output_dir = Path(output_dir) if output_dir is not None else default_output_dir(results_dirs)
     output_dir = check_output_dir(output_dir, what="report folder")
+    # a user's report.html (or figures/) beside the runs is never overwritten; checked before rendering
+    check_files_in_folder(output_dir, report_files(FIGURE_FILES), what="report folder")
     statements = diagnosis.diagnose(dict(zip(labels, runs, strict=True)))
     pngs = render_figures(labels, runs)
     page = render_html(labels, runs, statements, pngs)

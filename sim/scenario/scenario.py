@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 import allocators
 from allocators import AllocatorEntry, SpecWord
 from sim.errors import ScenarioError
+from sim.files import json_safe
 from sim.scenario.engine_presets import (
     DEFAULT_ENGINE,
     PRESET_FLAGS,
@@ -624,7 +625,7 @@ class Scenario(BaseModel):
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe, with derived defaults filled in (goes into summary.json); inf is written "inf"."""
-        return _json_safe(self.model_dump(mode="json"))
+        return json_safe(self.model_dump(mode="json"))  # the one JSON rule (sim.files): "inf" reads back
 
     def to_toml(self) -> str:
         """The scenario as TOML text that `from_toml` reads back to an equal scenario."""
@@ -681,17 +682,6 @@ def _deep_copy(data: Any) -> Any:
         return {key: _deep_copy(value) for key, value in data.items()}
     if isinstance(data, list):
         return [_deep_copy(value) for value in data]
-    return data
-
-
-def _json_safe(data: Any) -> Any:
-    """Strict JSON has no inf/nan: write them as the strings pydantic reads back as floats."""
-    if isinstance(data, dict):
-        return {key: _json_safe(value) for key, value in data.items()}
-    if isinstance(data, list):
-        return [_json_safe(value) for value in data]
-    if isinstance(data, float) and not math.isfinite(data):
-        return str(data)
     return data
 
 

@@ -15,7 +15,6 @@ import json
 import math
 import os
 import shutil
-import tempfile
 import time
 import uuid
 from collections.abc import Iterator, Mapping
@@ -26,8 +25,14 @@ from typing import Any
 
 import pandas as pd
 
-from sim.errors import ResultsError
-from sim.output_paths import check_output_dir
+from sim.files import (
+    check_output_folder,
+    dumps_json,
+    ensure_folder,
+    plain_name,
+    publish_files,
+    read_summary,
+)
 from sim.sweeps.executors import CellExecutor, check_backend_args, make_executor
 from sim.sweeps.spec import Cell, SweepSpec, SweepSpecError, one_line, parse_spec
 
@@ -129,22 +134,8 @@ def _sweep_lock(sweep_dir: Path) -> Iterator[None]:
 
 
 def _canonical(value: Any) -> Any:
-    """Comparable JSON form; NaN/inf become null as summary.json writes them."""
-    if isinstance(value, Mapping):
-        return {str(k): _canonical(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_canonical(v) for v in value]
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return json.loads(json.dumps(value, default=str))
-
-
-def _read_summary(cell_dir: Path) -> dict[str, Any]:
-    path = cell_dir / SUMMARY_FILE
-    try:
-        return json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ResultsError(f"{path}: unreadable cell summary ({one_line(exc)})") from exc
+    """Comparable JSON form: what summary.json holds after `sim.files`' one JSON rule."""
+    return json.loads(dumps_json(value, indent=None))
 
 
 def _prepare_cells_dir(spec: SweepSpec, cells_dir: Path) -> list[Cell]:
@@ -163,7 +154,7 @@ def _prepare_cells_dir(spec: SweepSpec, cells_dir: Path) -> list[Cell]:
                 shutil.rmtree(cell_dir)
             todo.append(cell)
             continue
-        stored = _read_summary(cell_dir).get("scenario")
+        stored = read_summary(cell_dir).get("scenario")
         if stored is not None and _canonical(stored) != _canonical(cell.scenario.to_dict()):
             raise SweepSpecError(
                 f"{cell_dir}: finished with a different scenario than the spec now gives; "
@@ -179,7 +170,7 @@ def _flatten(value: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
         if isinstance(item, Mapping) and item:
             flat.update(_flatten(item, name + "."))
         elif isinstance(item, list | tuple | Mapping):
-            flat[name] = json.dumps(item, default=str)
+            flat[name] = dumps_json(item, indent=None)
         else:
             flat[name] = item
     return flat
@@ -198,7 +189,7 @@ def cell_row(cell: Cell, summary: Mapping[str, Any] | None, status: str, error: 
     row.update(_flatten(scenario if scenario is not None else cell.scenario.to_dict()))
     for key, value in cell.overrides.items():
         if key not in row:
-            row[key] = json.dumps(value, default=str) if isinstance(value, list | dict) else value
+            row[key] = dumps_json(value, indent=None) if isinstance(value, list | dict) else value
     if summary and summary.get("allocator") is not None:
         row["allocator"] = summary["allocator"]
     elif isinstance(row.get("allocator.name"), str):
@@ -222,24 +213,9 @@ def _arrow_safe(frame: pd.DataFrame) -> pd.DataFrame:
     return frame
 
 
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-def write_table_atomic(frame: pd.DataFrame, path: Path) -> None:
-    """Parquet through a temp file in the same folder and os.replace: never a half-written table."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(handle)
-    try:
-        frame.to_parquet(temp_name, index=False)
-        os.chmod(temp_name, 0o666 & ~_umask())  # mkstemp makes 0600; the table is as readable as any output
-        os.replace(temp_name, path)
-    except BaseException:
-        Path(temp_name).unlink(missing_ok=True)
-        raise
+def write_table_atomic(frame: pd.DataFrame, sweep_dir: Path) -> None:
+    """sweep.parquet through `sim.files.publish_files`: never half a table, never a user's file."""
+    publish_files(sweep_dir, "sweep", [(SWEEP_TABLE, lambda path: frame.to_parquet(path, index=False))])
 
 
 def gather(spec: SweepSpec, cells_dir: Path, failed: Mapping[str, str]) -> pd.DataFrame:
@@ -248,7 +224,7 @@ def gather(spec: SweepSpec, cells_dir: Path, failed: Mapping[str, str]) -> pd.Da
     for cell in spec.cells:
         cell_dir = cells_dir / cell.cell_id
         if (cell_dir / SUMMARY_FILE).is_file():
-            rows.append(cell_row(cell, _read_summary(cell_dir), "ok"))
+            rows.append(cell_row(cell, read_summary(cell_dir), "ok"))
         else:
             rows.append(cell_row(cell, None, "failed", failed.get(cell.cell_id, "not run")))
     frame = pd.DataFrame(rows)
@@ -328,8 +304,9 @@ def run_sweep(
     """
     check_backend_args(jobs=jobs, scheduler=scheduler, dask_local=dask_local)
     spec = spec_or_path if isinstance(spec_or_path, SweepSpec) else parse_spec(spec_or_path)
-    sweep_dir = Path(output_dir) if output_dir is not None else Path("results") / spec.name
-    sweep_dir = check_output_dir(sweep_dir, what="sweep folder").resolve()
+    if output_dir is None:
+        output_dir = Path("results") / plain_name(spec.name, what="sweep name")
+    sweep_dir = check_output_folder(output_dir, "sweep", what="sweep folder")
     cells_dir = sweep_dir / CELLS_DIR
     # Cells without a summary yet (read-only look; the locked clean-up below decides for real): with
     # none, a resume starts no workers at all.
@@ -338,6 +315,7 @@ def run_sweep(
     if own_executor:
         executor = _make_sweep_executor(len(pending), jobs, scheduler, dask_local)
     try:
+        ensure_folder(sweep_dir, "sweep", what="sweep folder", dirs=(CELLS_DIR,))
         with _sweep_lock(sweep_dir):
             todo = _prepare_cells_dir(spec, cells_dir)
             report = SweepReport(
@@ -351,7 +329,7 @@ def run_sweep(
             with suppress(OSError):  # tidy: an empty .partial/ is left only while cells are running
                 (cells_dir / PARTIAL_DIR).rmdir()
             table = gather(spec, cells_dir, report.failed)
-            write_table_atomic(table, sweep_dir / SWEEP_TABLE)
+            write_table_atomic(table, sweep_dir)
     finally:
         if own_executor and executor is not None:
             executor.close()

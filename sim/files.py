@@ -1,0 +1,507 @@
+"""Everything kvsim writes to disk goes through here: one atomic writer, one JSON rule, one owner rule.
+
+Why one module: kvsim's outputs (results folders, reports, sweep tables, capacity plans, profiles)
+are read later by people and programs that did not watch them being written, and they live next to
+the user's own files. Three promises hold for every command, and they are kept here once:
+
+1. **Atomic.** A file is written to a temporary sibling and moved into place with `os.replace`
+   (mode 0644, whatever mkstemp made); a folder is built as a temporary sibling and renamed. A crash
+   leaves the previous version or the new one, never half of one.
+2. **One JSON rule** (docs/metrics.md, "JSON numbers"): NaN (undefined, e.g. TPOT of 1-token outputs)
+   is written as `null`; ±inf (e.g. an unbounded request rate) as the strings `"inf"` / `"-inf"`,
+   which pydantic and `float()` read back. Output is strict JSON (`allow_nan=False`).
+3. **kvsim only replaces or deletes what it wrote itself.** Every folder kvsim writes into holds a
+   marker, `kvsim-output.json`, naming the kind of folder (run, compare, sweep, report, capacity,
+   calibrate, replay, describe-plot) and the SHA-256 of every file kvsim put there. An existing file
+   may be replaced only if the marker lists it with its current content (a file the user edited
+   since is theirs); a folder may be replaced or resumed only if everything in it is listed (or is
+   itself a kvsim folder with a clean marker). Anything else is refused with one line naming the
+   foreign files, before any work. The root, the home folder, a git work tree's root and the current
+   folder (unless it is a kvsim folder) are never output folders; symlinks are resolved first, so
+   a replaced folder is replaced where the link points and the link keeps working.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import shutil
+import tempfile
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from sim.errors import KvsimError, ResultsError
+
+MARKER_FILE = "kvsim-output.json"
+MARKER_SCHEMA = 1
+FOLDER_KINDS: tuple[str, ...] = (
+    "run",
+    "compare",
+    "sweep",
+    "report",
+    "capacity",
+    "calibrate",
+    "replay",
+    "describe-plot",
+)
+# Kinds whose whole folder kvsim replaces or resumes: an existing one must be of the same kind.
+_FOLDER_OWNING_KINDS = frozenset({"run", "compare", "sweep"})
+FILE_MODE = 0o644
+# Names kvsim uses for short-lived state inside its own folders (a sweep's lock and half-written
+# cells, staging folders of an interrupted write): kvsim's, whatever they hold.
+TRANSIENT_NAMES = frozenset({".lock", ".partial"})
+STAGING_PREFIX = ".kvsim-tmp-"
+SUMMARY_FILE = "summary.json"
+_FOREIGN_SHOWN = 5
+
+
+class OutputPathError(KvsimError):
+    """An output path that cannot or must not be written: names the path and why (exit 2)."""
+
+
+# ------------------------------------------------------------------------------------------------ JSON
+
+
+def json_safe(value: Any) -> Any:
+    """`value` with the one JSON rule applied: NaN -> None, ±inf -> "inf"/"-inf", NumPy -> Python."""
+    if isinstance(value, Mapping):
+        return {str(k): json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_safe(v) for v in value]
+    if hasattr(value, "item") and callable(value.item) and not isinstance(value, str | bytes):
+        try:
+            value = value.item()
+        except (TypeError, ValueError):
+            return str(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        if math.isnan(value):
+            return None
+        return "inf" if value > 0 else "-inf"
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    return value
+
+
+def dumps_json(value: Any, *, indent: int | None = 2) -> str:
+    """Strict JSON text of `value` under the one rule (a trailing newline when indented)."""
+    text = json.dumps(json_safe(value), indent=indent, allow_nan=False, default=str)
+    return text + "\n" if indent is not None else text
+
+
+def read_json(path: Path, *, what: str = "JSON") -> Any:
+    """Parsed JSON of `path`; ResultsError naming the file for an unreadable or invalid one."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc).splitlines()[0]
+        raise ResultsError(f"{path}: cannot read {what} ({reason})") from None
+
+
+def read_summary(folder: str | os.PathLike[str]) -> dict[str, Any]:
+    """A results folder's summary.json as a dict: the one reader (results, sweeps, replay use it)."""
+    path = Path(folder) / SUMMARY_FILE
+    if not path.is_file():
+        raise ResultsError(f"{Path(folder)}: missing {SUMMARY_FILE} (not a complete kvsim results folder)")
+    summary = read_json(path)
+    if not isinstance(summary, dict):
+        raise ResultsError(f"{path}: expected a JSON object")
+    return summary
+
+
+# --------------------------------------------------------------------------------------- atomic writes
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _fill(path: Path, content: bytes | str | Callable[[Path], None]) -> None:
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    elif isinstance(content, str):
+        path.write_text(content, encoding="utf-8")
+    else:
+        content(path)
+
+
+def write_file_atomic(path: str | os.PathLike[str], content: bytes | str | Callable[[Path], None]) -> Path:
+    """Write `content` (bytes, text, or a function that writes the given path) to `path` atomically.
+
+    No ownership check: callers check first (`check_output_file`, `publish_files`).
+    """
+    target = Path(path)
+    handle, temp_name = tempfile.mkstemp(prefix=f"{STAGING_PREFIX}{target.name}.", dir=target.parent)
+    os.close(handle)
+    try:
+        _fill(Path(temp_name), content)
+        os.chmod(temp_name, FILE_MODE)
+        os.replace(temp_name, target)
+    except BaseException:
+        Path(temp_name).unlink(missing_ok=True)
+        raise
+    return target
+
+
+def write_error(what: str, path: Path, exc: OSError) -> OutputPathError:
+    """A late write failure (disk full, folder removed meanwhile) as one line naming the path."""
+    reason = exc.strerror or type(exc).__name__
+    return OutputPathError(f"{what} {path}: cannot write ({reason})")
+
+
+# -------------------------------------------------------------------------------------------- markers
+
+
+def read_marker(folder: Path) -> dict[str, Any] | None:
+    """The folder's marker ({kind, files: {relative path: [sha256...] or "dir"}}), or None."""
+    path = folder / MARKER_FILE
+    if not path.is_file() or path.is_symlink():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    if not isinstance(data, dict) or data.get("kind") not in FOLDER_KINDS:
+        return None
+    if not isinstance(data.get("files"), dict):
+        return None
+    return data
+
+
+def folder_kind(folder: str | os.PathLike[str]) -> str | None:
+    """The kind a kvsim marker gives `folder`, or None for any other folder."""
+    marker = read_marker(Path(folder))
+    return None if marker is None else str(marker["kind"])
+
+
+def _write_marker(folder: Path, kind: str, files: Mapping[str, Any]) -> None:
+    marker = {
+        "kvsim": "output folder",
+        "schema": MARKER_SCHEMA,
+        "kind": kind,
+        "files": dict(sorted(files.items())),
+    }
+    write_file_atomic(folder / MARKER_FILE, dumps_json(marker))
+
+
+def _manifest(folder: Path) -> dict[str, Any]:
+    """Every file (its hash) and plain folder ("dir") under `folder`, except nested kvsim folders."""
+    files: dict[str, Any] = {}
+    for entry in sorted(folder.iterdir()):
+        if entry.name == MARKER_FILE:
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            if (entry / MARKER_FILE).is_file():
+                continue
+            files[entry.name] = "dir"
+            files.update({f"{entry.name}/{k}": v for k, v in _manifest(entry).items()})
+        elif entry.is_file() and not entry.is_symlink():
+            files[entry.name] = [_sha256(entry)]
+    return files
+
+
+def mark_folder(folder: Path, kind: str) -> None:
+    """Give a folder kvsim has just filled its marker, listing everything in it as kvsim's."""
+    _write_marker(folder, kind, _manifest(folder))
+
+
+def _foreign(folder: Path, owned: Mapping[str, Any], prefix: str) -> list[Path]:
+    out: list[Path] = []
+    for entry in sorted(folder.iterdir()):
+        rel = f"{prefix}{entry.name}"
+        if entry.name == MARKER_FILE and not prefix:
+            continue
+        if entry.name in TRANSIENT_NAMES or entry.name.startswith(STAGING_PREFIX):
+            continue
+        if entry.is_symlink():
+            out.append(entry)
+        elif entry.is_dir():
+            if (entry / MARKER_FILE).is_file():
+                out += foreign_entries(entry)
+            elif owned.get(rel) == "dir":
+                out += _foreign(entry, owned, f"{rel}/")
+            else:
+                out.append(entry)
+        else:
+            hashes = owned.get(rel)
+            if not isinstance(hashes, list) or _sha256(entry) not in hashes:
+                out.append(entry)
+    return out
+
+
+def foreign_entries(folder: str | os.PathLike[str]) -> list[Path]:
+    """What under `folder` kvsim did not write (or the user changed since): empty = all kvsim's."""
+    root = Path(folder)
+    marker = read_marker(root)
+    if marker is None:
+        return sorted(root.iterdir()) if root.is_dir() else []
+    return _foreign(root, marker["files"], "")
+
+
+def _foreign_line(folder: Path, foreign: Sequence[Path]) -> str:
+    names = [os.path.relpath(p, folder) for p in foreign[:_FOREIGN_SHOWN]]
+    more = f" and {len(foreign) - _FOREIGN_SHOWN} more" if len(foreign) > _FOREIGN_SHOWN else ""
+    return ", ".join(names) + more
+
+
+# -------------------------------------------------------------------------------------- path checks
+
+
+def _nearest_existing(path: Path) -> Path:
+    """`path` itself or its closest ancestor that exists (a dangling link counts as existing)."""
+    for candidate in (path, *path.parents):
+        if os.path.lexists(candidate):
+            return candidate
+    return Path(path.anchor or ".")
+
+
+def _writable_dir(folder: Path) -> bool:
+    """Can this process add entries to `folder`? (write + search; honours read-only mounts)."""
+    return os.access(folder, os.W_OK | os.X_OK, effective_ids=os.access in os.supports_effective_ids)
+
+
+def plain_name(name: str, *, what: str = "--name") -> str:
+    """`name` if it can be one folder's name (no '/', not '.' or '..', not empty), else a user error.
+
+    Why: `results/<name>` must stay under `results/`; `--name ../../x` used to reach any folder.
+    """
+    if not name or name.strip() != name or name in {".", ".."} or "/" in name or "\\" in name or "\0" in name:
+        raise OutputPathError(f"{what} {name!r}: must be a plain name (no '/', not '.' or '..')")
+    return name
+
+
+def _refused_folder(target: Path) -> str | None:
+    """Why `target` (resolved) can never be an output folder, or None."""
+    if target == Path(target.anchor):
+        return "is the filesystem root"
+    home = Path.home().resolve()
+    if target == home:
+        return "is the home folder"
+    if (target / ".git").exists():
+        return "is the root of a git work tree"
+    if target == Path.cwd().resolve() and folder_kind(target) not in ("run", "compare", "sweep", "report"):
+        return "is the current folder (give a new or kvsim folder)"
+    return None
+
+
+def _resolve(path: str | os.PathLike[str]) -> Path:
+    """Absolute, symlinks resolved (also a dangling link's target), '~' expanded."""
+    return Path(os.path.realpath(Path(path).expanduser().absolute()))
+
+
+def check_output_dir(path: str | os.PathLike[str], *, what: str = "output folder") -> Path:
+    """`path`, resolved, if it is a writable folder or can be created as one (no ownership rule).
+
+    Creatable means: the closest existing ancestor is a writable folder (so `mkdir -p` will work).
+    Raises OutputPathError naming the path and the obstacle. Creates nothing.
+    """
+    target = _resolve(path)
+    existing = _nearest_existing(target)
+    if not existing.is_dir():
+        where = "" if existing == target else f"{existing} "
+        raise OutputPathError(f"{what} {target}: {where}is a file, not a folder")
+    if not _writable_dir(existing):
+        where = "" if existing == target else f" ({existing} is not writable)"
+        raise OutputPathError(f"{what} {target}: no permission to write there{where}")
+    why = _refused_folder(target)
+    if why is not None:
+        raise OutputPathError(f"{what} {target}: {why}; kvsim never writes there")
+    return target
+
+
+def check_output_folder(path: str | os.PathLike[str], kind: str, *, what: str = "output folder") -> Path:
+    """`path`, resolved, if kvsim may write a `kind` folder there: new, empty, or kvsim's own.
+
+    An existing folder of another owning kind (a sweep where a run should go) is refused, and so is
+    one holding anything kvsim did not write; the message names the foreign files.
+    """
+    target = check_output_dir(path, what=what)
+    if not target.is_dir():
+        return target
+    if not any(target.iterdir()):
+        return target
+    marker = read_marker(target)
+    if marker is None:
+        shown = _foreign_line(target, sorted(target.iterdir()))
+        raise OutputPathError(
+            f"{what} {target}: exists and is not a kvsim folder (holds {shown}); choose another --output"
+        )
+    if kind in _FOLDER_OWNING_KINDS and marker["kind"] != kind:
+        raise OutputPathError(f"{what} {target}: is a kvsim {marker['kind']} folder, not a {kind} folder")
+    foreign = foreign_entries(target)
+    if foreign:
+        raise OutputPathError(
+            f"{what} {target}: holds files kvsim did not write ({_foreign_line(target, foreign)}); "
+            "move them or choose another --output"
+        )
+    return target
+
+
+def ensure_folder(
+    path: str | os.PathLike[str], kind: str, *, what: str = "output folder", dirs: Sequence[str] = ()
+) -> Path:
+    """Check `path` as a `kind` folder, create it (and its sub-folders `dirs`) and mark it kvsim's."""
+    target = check_output_folder(path, kind, what=what)
+    target.mkdir(parents=True, exist_ok=True)
+    marker = read_marker(target)
+    missing = {name: "dir" for name in dirs if marker is None or marker["files"].get(name) != "dir"}
+    if marker is None or missing:
+        _update_marker(target, kind, missing)
+    for name in dirs:
+        (target / name).mkdir(exist_ok=True)
+    return target
+
+
+def check_output_file(path: str | os.PathLike[str], kind: str, *, what: str = "output file") -> Path:
+    """`path`, resolved, if kvsim may write a file there: the folder exists and is writable, and the
+    file is new or one kvsim wrote there unchanged since (never a user's file).
+
+    The folder must already exist: a typo in a folder name should not silently create a new tree.
+    """
+    target = _resolve(path)
+    parent = target.parent
+    if target.is_dir():
+        raise OutputPathError(f"{what} {target}: is a folder, expected a file name")
+    if not parent.exists():
+        existing = _nearest_existing(parent)
+        if not existing.is_dir():
+            raise OutputPathError(f"{what} {target}: {existing} is a file, not a folder")
+        raise OutputPathError(f"{what} {target}: folder {parent} does not exist (create it first)")
+    if not parent.is_dir():
+        raise OutputPathError(f"{what} {target}: {parent} is a file, not a folder")
+    if not _writable_dir(parent):
+        raise OutputPathError(f"{what} {target}: no permission to write in {parent}")
+    if target.name == MARKER_FILE:
+        raise OutputPathError(f"{what} {target}: {MARKER_FILE} is kvsim's marker file; choose another name")
+    if os.path.lexists(target) and not _owned_file(parent, target.name):
+        raise OutputPathError(
+            f"{what} {target}: exists and kvsim did not write it (or it was changed since); "
+            "choose another name or move it"
+        )
+    return target
+
+
+def check_files_in_folder(folder: Path, rels: Iterable[str], *, what: str = "output folder") -> None:
+    """Refuse (one line naming them) if any of `rels` exists in `folder` and is not kvsim's unchanged.
+
+    For commands that add files to a folder they do not replace as a whole (a report beside the
+    runs it describes): new names are fine, a user's `report.html` is never overwritten.
+    """
+    clashes = [rel for rel in rels if os.path.lexists(folder / rel) and not _owned_file(folder, rel)]
+    if clashes:
+        raise OutputPathError(
+            f"{what} {folder}: {', '.join(clashes)} exist(s) and kvsim did not write them "
+            "(or they were changed since); move them or choose another --output"
+        )
+
+
+def _owned_file(folder: Path, rel: str) -> bool:
+    marker = read_marker(folder)
+    path = folder / rel
+    if marker is None or path.is_symlink() or not path.is_file():
+        return False
+    hashes = marker["files"].get(rel)
+    return isinstance(hashes, list) and _sha256(path) in hashes
+
+
+def _update_marker(folder: Path, kind: str, changes: Mapping[str, Any], removed: Iterable[str] = ()) -> None:
+    marker = read_marker(folder)
+    files = dict(marker["files"]) if marker is not None else {}
+    folder_kind_now = marker["kind"] if marker is not None else kind
+    for rel in removed:
+        files.pop(rel, None)
+    files.update(changes)
+    _write_marker(folder, folder_kind_now, files)
+
+
+def adopt_files(paths: Iterable[str | os.PathLike[str]], kind: str) -> None:
+    """Record files just written by code that cannot use this module (gpu/, workloads/) as kvsim's.
+
+    The caller checked each path with `check_output_file` before writing it.
+    """
+    for path in paths:
+        target = _resolve(path)
+        if target.is_file():
+            _update_marker(target.parent, kind, {target.name: [_sha256(target)]})
+
+
+def publish_files(
+    folder: Path,
+    kind: str,
+    files: Sequence[tuple[str, bytes | str | Callable[[Path], None]]],
+    remove: Iterable[str] = (),
+) -> None:
+    """Write `files` ((relative path, content) in order) into `folder` atomically, then delete `remove`.
+
+    Every file is first staged in a hidden folder inside `folder` (same filesystem, so every move is
+    a rename). The marker lists old and new hashes while the moves run, so a crash part-way leaves
+    every file recognisable as kvsim's; afterwards only the new ones. `remove` names only files the
+    marker lists unchanged; others are left alone. The caller checked the folder and each target.
+    """
+    folder.mkdir(parents=True, exist_ok=True)
+    marker = read_marker(folder)
+    owned = dict(marker["files"]) if marker is not None else {}
+    staging = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=folder))
+    try:
+        staged: list[tuple[str, Path, str]] = []
+        for index, (rel, content) in enumerate(files):
+            temp = staging / f"{index}-{Path(rel).name}"
+            _fill(temp, content)
+            os.chmod(temp, FILE_MODE)
+            staged.append((rel, temp, _sha256(temp)))
+        during: dict[str, Any] = {}
+        for rel, _, digest in staged:
+            old = owned.get(rel)
+            during[rel] = sorted({digest, *(old if isinstance(old, list) else [])})
+            parent = str(Path(rel).parent)
+            if parent != ".":
+                during[parent] = "dir"
+        _update_marker(folder, kind, during)
+        for rel, temp, _ in staged:
+            (folder / rel).parent.mkdir(parents=True, exist_ok=True)
+            os.replace(temp, folder / rel)
+        gone = [rel for rel in remove if _owned_file(folder, rel)]
+        for rel in gone:
+            (folder / rel).unlink()
+        _update_marker(folder, kind, {rel: [digest] for rel, _, digest in staged}, removed=gone)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def replace_folder(
+    path: str | os.PathLike[str], kind: str, fill: Callable[[Path], None], *, what: str = "output folder"
+) -> Path:
+    """Build a `kind` folder with `fill(temp folder)` and rename it into place over `path`.
+
+    `path` must pass `check_output_folder` (checked again here: it may have changed since the CLI's
+    up-front check). The previous folder, all kvsim's, is moved aside and deleted only after the new
+    one is in place. Returns the resolved path.
+    """
+    target = check_output_folder(path, kind, what=what)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.parent / f"{STAGING_PREFIX}{target.name}-{uuid.uuid4().hex[:8]}"
+    tmp.mkdir()
+    try:
+        fill(tmp)
+        for entry in tmp.rglob("*"):
+            if entry.is_file():
+                os.chmod(entry, FILE_MODE)
+        mark_folder(tmp, kind)
+        if target.exists():
+            old = target.parent / f"{STAGING_PREFIX}{target.name}-old-{uuid.uuid4().hex[:8]}"
+            os.replace(target, old)
+            os.replace(tmp, target)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return target
