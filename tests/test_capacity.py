@@ -169,7 +169,7 @@ def test_cli_capacity_prints_the_table_and_writes_json(
     output.parent.mkdir()  # --output's folder must exist: a mistyped one is refused, not created
     args = [
         "capacity",
-        "--scenario",
+        "--config",
         str(scenario_file),
         "--allocators",
         "contiguous",
@@ -204,7 +204,7 @@ def test_cli_capacity_prints_the_table_and_writes_json(
     ("args", "message"),
     [
         ([], "give an SLO"),
-        (["--slo-ttft-p99", "2 parsecs"], "field '--slo-ttft-p99': expected seconds or a number with a unit"),
+        (["--slo-ttft-p99", "2 parsecs"], "--slo-ttft-p99: expected seconds or a number with a unit"),
         (["--slo-tpot-p99", "-1s"], "must be a finite duration >= 0 s"),
         (["--slo-ttft-p99", "2s", "--output", "plan.txt"], "suffix must be .json or .csv"),
         (["--slo-ttft-p99", "2s", "--max-model-lens", "2K,abc"], "--max-model-lens: 'abc' is not an integer"),

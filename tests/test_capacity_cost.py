@@ -90,7 +90,7 @@ def test_cli_capacity_prints_cost_lines(tmp_path: Path, capsys: pytest.CaptureFi
     }
     scenario_file = tmp_path / "known.toml"
     scenario_file.write_text(Scenario.from_dict(known).to_toml())
-    args = ["capacity", "--scenario", str(scenario_file), "--allocators", "paged", "--max-model-lens", "2K"]
+    args = ["capacity", "--config", str(scenario_file), "--allocators", "paged", "--max-model-lens", "2K"]
     args += ["--slo-ttft-p99", "15ms", "--target-rate", "25", "--rate-min", "2", "--rate-max", "40"]
     args += ["--rate-tol", "0.02", "--jobs", "1", "--gpu-hour-cost", "2.5"]
     try:

@@ -152,7 +152,7 @@ def test_vllm_workload_flags_and_generic_set_reach_the_scenario(tmp_path: Path) 
     ],
 )
 def test_set_values_are_toml_literals_or_text(text: str, value: object) -> None:
-    from sim.cli.run import parse_set_value
+    from sim.cli.scenario_flags import parse_set_value
 
     assert parse_set_value(text) == value
 
@@ -167,7 +167,8 @@ def test_set_values_are_toml_literals_or_text(text: str, value: object) -> None:
         (["--set", "novalue"], "error: --set: expected KEY=VALUE"),
         (["--seed", "3", "--set", "seed=4"], "error: --set seed: already given by its own flag"),
         (["--set", "hbm_efficiency=7"], "error: field 'hbm_efficiency': must be <= 1"),
-        (["--on-bad-row", "ignore"], "error: field 'workload.on_bad_row'"),
+        # a field set by its flag is named by the flag, with the field for --config users
+        (["--on-bad-row", "ignore"], "error: --on-bad-row (field 'workload.on_bad_row'): must be one of"),
     ],
 )
 def test_bad_set_and_flags_are_one_line(args: list[str], expected: str, tmp_path: Path, capsys) -> None:
@@ -175,3 +176,17 @@ def test_bad_set_and_flags_are_one_line(args: list[str], expected: str, tmp_path
     err = capsys.readouterr().err
     assert err.startswith(expected) and err.count("\n") == 1
     assert not (tmp_path / "x").exists()
+
+
+def test_errors_name_the_flag_the_user_typed_and_the_field_otherwise() -> None:
+    from sim.cli.app import in_flag_words
+
+    message = "field 'max_num_seqs': must be >= 1 (got 0)"
+    assert in_flag_words(message, ["run", "--max-num-seqs", "0"]).startswith(
+        "--max-num-seqs (field 'max_num_seqs')"
+    )
+    assert in_flag_words(message, ["run", "--config", "s.toml"]) == message  # set in the file: its field
+    assert in_flag_words("field '--rate-tol': bad", []) == "--rate-tol: bad"
+    assert in_flag_words("argument 'jobs': must be >= 1", ["sweep", "--jobs=0"]).startswith(
+        "--jobs (argument"
+    )

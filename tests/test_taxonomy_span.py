@@ -13,7 +13,7 @@ import pytest
 
 from allocators.base import BREAKDOWN_PARTS
 from sim.api import simulate
-from sim.cli.run import build_scenario
+from sim.cli.scenario_flags import build_scenario
 
 PARTS = [name for name in BREAKDOWN_PARTS if name != "capacity"]
 

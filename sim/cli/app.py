@@ -9,6 +9,7 @@ module that fails to import is an error, never a silently missing command.
 from __future__ import annotations
 
 import importlib
+import re
 import sys
 
 import typer
@@ -40,6 +41,45 @@ def build_app() -> typer.Typer:
     return app
 
 
+# An argument of the Python API -> the flag that sets it (scenario fields: scenario_flags.FIELD_FLAGS).
+ARGUMENT_FLAGS: dict[str, str] = {
+    "jobs": "--jobs",
+    "dask_local": "--dask-local",
+    "scheduler": "--scheduler",
+    "output_dir": "--output",
+    "output": "--output",
+    "target_rate_req_s": "--target-rate",
+    "rate_bracket": "--rate-min/--rate-max",
+    "rel_tol": "--rate-tol",
+    "max_model_lens": "--max-model-lens",
+    "tensor_parallel_sizes": "--tensor-parallel-size",
+    "gpu_hour_cost": "--gpu-hour-cost",
+}
+
+
+def in_flag_words(message: str, argv: list[str]) -> str:
+    """A library error in the CLI's words: "field 'max_num_seqs': ..." -> "--max-num-seqs (field ...)".
+
+    Why here: the library names scenario fields and API arguments (a notebook user sets those); a
+    command-line user set a flag, so the line names the flag the user typed (and keeps the field).
+    A field the user did not set by a flag (a --config or sweep file) keeps its field name.
+    """
+    from sim.cli.scenario_flags import FIELD_FLAGS
+
+    typed = {word.split("=", 1)[0] for word in argv if word.startswith("--")}
+
+    def flag_for(match: re.Match[str]) -> str:
+        kind, name = match.group(1), match.group(2)
+        if name.startswith("--"):
+            return name
+        flag = FIELD_FLAGS.get(name) if kind == "field" else ARGUMENT_FLAGS.get(name)
+        if flag is None or not any(part in typed for part in flag.split("/")):
+            return match.group(0)
+        return f"{flag} ({kind} '{name}')"
+
+    return re.sub(r"\b(field|argument) '([\w.-]+)'", flag_for, message)
+
+
 def _usage_line(exc: Exception) -> str:
     """Click's usage error as one line, pointing at the command's --help."""
     message = " ".join(exc.format_message().split())
@@ -58,7 +98,7 @@ def main(argv: list[str] | None = None) -> None:
         # tests and notebooks can call main() in-process; `raise typer.Exit(n)` returns n.
         exit_code = app(args=argv, standalone_mode=False)
     except user_error_types() as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {in_flag_words(str(exc), sys.argv[1:] if argv is None else argv)}", file=sys.stderr)
         sys.exit(2)
     except OSError as exc:
         # A path the user gave that cannot be read or written (permissions, a file where a folder

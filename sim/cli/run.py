@@ -15,6 +15,8 @@ from typing import Annotated, Any
 
 import typer
 
+from sim.cli.scenario_flags import ALLOCATOR_FLAG, LAYOUTS_FLAG, scenario_from_flags, scenario_options
+
 # (label, metrics key, format) rows of the summary tables.
 SUMMARY_ROWS: tuple[tuple[str, str, str], ...] = (
     ("requests (completed / rejected)", "_requests", ""),
@@ -67,89 +69,6 @@ def summary_cell(metrics: dict[str, Any], key: str, spec: str) -> str:
     return _fmt(metrics.get(key), spec)
 
 
-def build_scenario(config: Path | None, overrides: dict[str, Any]) -> Any:
-    """The scenario from --config (or the embedded default) with the given flags on top.
-
-    Overrides go through `with_overrides` in both cases, so a dotted key into a preset
-    (`model.num_layers`) works the same with and without a config file.
-    """
-    from sim.scenario.scenario import default_scenario
-
-    given = {key: value for key, value in overrides.items() if value is not None}
-    base = _load_config(config) if config is not None else default_scenario()
-    scenario = base.with_overrides(**given)
-    if "workload.time_scale" in given and "workload.request_rate" not in given:
-        scenario = _keep_trace_rate(scenario)
-    return scenario
-
-
-def _keep_trace_rate(scenario: Any) -> Any:
-    """The scenario with workload.request_rate cleared: a time scale replays the trace's own timestamps.
-
-    Why: `workloads.load` refuses time_scale together with request_rate (ambiguous), and the default
-    scenario has a rate, so `--time-scale 2` alone would always fail. None cannot travel through
-    `with_overrides` (None means "not given" there), hence the explicit rebuild.
-    """
-    from sim.scenario.scenario import Scenario
-
-    data = scenario.model_dump(exclude_unset=True)
-    workload = data.get("workload")
-    data["workload"] = dict(workload) if isinstance(workload, dict) else scenario.workload.model_dump()
-    data["workload"]["request_rate"] = None
-    return Scenario(**data)
-
-
-def _load_config(config: Path) -> Any:
-    from sim.scenario.scenario import Scenario
-
-    return Scenario.from_toml(config)
-
-
-def parse_set_value(text: str) -> Any:
-    """A `--set` value: a TOML literal (0.7, true, [1, 2], "x") when it parses as one, else the text.
-
-    Why TOML: scenario files are TOML, so `--set k=v` means what `k = v` means in a file; bare words
-    (`paged`, `12GiB`, `gamma(cv=3)`) stay strings so nobody has to quote them in a shell. TOML dates
-    are kept as text: no scenario field is a date.
-    """
-    import datetime
-    import tomllib
-
-    try:
-        value = tomllib.loads(f"value = {text}")["value"]
-    except tomllib.TOMLDecodeError:
-        return text
-    if isinstance(value, datetime.date | datetime.time):
-        return text
-    return value
-
-
-def parse_set_pairs(pairs: list[str]) -> dict[str, Any]:
-    """`--set dotted.key=value` pairs as overrides; an unknown key raises ScenarioError listing valid ones."""
-    from sim.errors import ScenarioError
-    from sim.scenario.scenario import check_field
-
-    overrides: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, text = pair.partition("=")
-        key = key.strip()
-        if not sep or not key:
-            raise ScenarioError(f"--set: expected KEY=VALUE, e.g. hbm_efficiency=0.7 (got {pair!r})")
-        check_field(key)
-        overrides[key] = parse_set_value(text.strip())
-    return overrides
-
-
-def merge_overrides(flags: dict[str, Any], sets: dict[str, Any]) -> dict[str, Any]:
-    """Named flags plus `--set` pairs; the same field given both ways is refused (which one would win?)."""
-    from sim.errors import ScenarioError
-
-    both = [key for key in sets if flags.get(key) is not None]
-    if both:
-        raise ScenarioError(f"--set {both[0]}: already given by its own flag; give it once")
-    return {**flags, **sets}
-
-
 def _print_table(title: str, columns: list[str], rows: list[list[str]]) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -167,172 +86,25 @@ def _show_progress(quiet: bool) -> bool:
     return not quiet and sys.stderr.isatty()
 
 
-# Shared flags (typer needs them spelled out per command; these helpers keep them identical).
-ConfigOpt = Annotated[Path | None, typer.Option("--config", help="Scenario TOML file; flags override it.")]
-ModelOpt = Annotated[str | None, typer.Option("--model", help="Model preset (kvsim presets).")]
-GpuOpt = Annotated[str | None, typer.Option("--gpu", help="GPU preset (kvsim presets).")]
-BlockOpt = Annotated[int | None, typer.Option("--block-size", help="Tokens per KV block (paged).")]
-KvDtypeOpt = Annotated[
-    str | None,
-    typer.Option("--kv-cache-dtype", help="KV cache dtype as in vLLM: auto | fp8 | fp8_e4m3 | fp8_e5m2."),
-]
-UtilOpt = Annotated[
-    float | None, typer.Option("--gpu-memory-utilization", help="Fraction of GPU memory used.")
-]
-KvMemOpt = Annotated[str | None, typer.Option("--kv-cache-memory", help="KV budget per GPU, e.g. 12GiB.")]
-MaxLenOpt = Annotated[int | None, typer.Option("--max-model-len", help="Max context (prompt + output).")]
-SeqsOpt = Annotated[int | None, typer.Option("--max-num-seqs", help="Max running sequences per step.")]
-BatchOpt = Annotated[int | None, typer.Option("--max-num-batched-tokens", help="Token budget per step.")]
-ChunkOpt = Annotated[
-    bool | None, typer.Option("--enable-chunked-prefill/--no-enable-chunked-prefill", help="Chunked prefill.")
-]
-PrefixOpt = Annotated[
-    bool | None, typer.Option("--enable-prefix-caching/--no-enable-prefix-caching", help="Prefix caching.")
-]
-PreemptOpt = Annotated[
-    str | None, typer.Option("--preemption-mode", help="recompute | swap | auto (vllm-v0's own choice).")
-]
-EngineOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--engine",
-        help="Engine preset: vllm-v0 (the vLLM paper's, default) or vllm-v1 (today's); docs/engines.md.",
-    ),
-]
-RateOpt = Annotated[float | None, typer.Option("--request-rate", help="Mean arrival rate (req/s).")]
-PromptsOpt = Annotated[int | None, typer.Option("--num-prompts", help="Number of requests.")]
-DurationOpt = Annotated[
-    str | None, typer.Option("--duration", help="Keep requests arriving within, e.g. 10m.")
-]
-WorkloadOpt = Annotated[str | None, typer.Option("--workload", help="Workload preset or trace file.")]
-AllocatorOpt = Annotated[str | None, typer.Option("--allocator", help="e.g. paged, request_limit:oracle.")]
-SeedOpt = Annotated[int | None, typer.Option("--seed", help="Random seed.")]
-TpOpt = Annotated[int | None, typer.Option("--tensor-parallel-size", help="GPUs per model replica.")]
-CalibOpt = Annotated[
-    str | None, typer.Option("--calibration", help="Calibration profile JSON (kvsim calibrate).")
-]
-LayoutsOpt = Annotated[
-    int | None, typer.Option("--export-layouts", help="Write a layout snapshot every N steps.")
-]
 QuietOpt = Annotated[bool, typer.Option("--quiet", help="No progress bar.")]
-NameOpt = Annotated[str | None, typer.Option("--name", help="Scenario name (default results folder).")]
-SwapOpt = Annotated[
-    str | None,
-    typer.Option("--swap-space", help="CPU swap space per GPU: GiB as in vLLM (4) or a size (8GiB)."),
-]
-TimeScaleOpt = Annotated[
-    float | None, typer.Option("--time-scale", help="Multiply trace arrival times (2 = half as fast).")
-]
-FormatOpt = Annotated[str | None, typer.Option("--format", help="Trace format; detected by default.")]
-BadRowOpt = Annotated[
-    str | None, typer.Option("--on-bad-row", help="Bad trace rows: error (default) or skip (and count).")
-]
-SetOpt = Annotated[
-    list[str] | None,
-    typer.Option(
-        "--set",
-        help="Any scenario field, dotted: --set hbm_efficiency=0.7 --set workload.params.lengths=... "
-        "(TOML values; repeatable).",
-    ),
-]
-
-
-def _swap_space(text: str | None) -> str | None:
-    """vLLM's --swap-space is in GiB; a plain number here means the same, a unit is taken as given."""
-    if text is None:
-        return None
-    try:
-        return f"{float(text)}GiB"
-    except ValueError:
-        return text
-
-
-def _overrides(**flags: Any) -> dict[str, Any]:
-    """Flag values keyed by scenario field (dotted where nested); None = not given."""
-    return {
-        "model": flags["model"],
-        "gpu": flags["gpu"],
-        "block_size": flags["block_size"],
-        "kv_cache_dtype": flags.get("kv_cache_dtype"),
-        "gpu_memory_utilization": flags["gpu_memory_utilization"],
-        "kv_cache_memory": flags["kv_cache_memory"],
-        "max_model_len": flags["max_model_len"],
-        "max_num_seqs": flags["max_num_seqs"],
-        "max_num_batched_tokens": flags["max_num_batched_tokens"],
-        "enable_chunked_prefill": flags["enable_chunked_prefill"],
-        "enable_prefix_caching": flags["enable_prefix_caching"],
-        "preemption_mode": flags["preemption_mode"],
-        "engine": flags["engine"],
-        "workload.request_rate": flags["request_rate"],
-        "num_prompts": flags["num_prompts"],
-        "duration_s": flags["duration"],
-        "workload.source": flags["workload"],
-        "allocator": flags.get("allocator"),
-        "seed": flags["seed"],
-        "tensor_parallel_size": flags["tensor_parallel_size"],
-        "calibration": flags["calibration"],
-        "export_layouts_every": flags["export_layouts"],
-        "name": flags["name"],
-        "swap_space": _swap_space(flags["swap_space"]),
-        "workload.time_scale": flags["time_scale"],
-        "workload.fmt": flags["fmt"],
-        "workload.on_bad_row": flags["on_bad_row"],
-    }
-
-
-def scenario_from_flags(flags: dict[str, Any]) -> Any:
-    """The Scenario a command's flags describe (--config, named flags, then --set pairs)."""
-    from sim.files import plain_name
-
-    if flags["name"] is not None:
-        plain_name(flags["name"])  # it names the default results folder: results/<name>
-    overrides = merge_overrides(_overrides(**flags), parse_set_pairs(flags["set_pairs"] or []))
-    return build_scenario(flags["config"], overrides)
 
 
 def register(app: typer.Typer) -> None:
     """Add `kvsim run`, `kvsim compare` and `kvsim presets` to the app."""
 
     @app.command("run")
+    @scenario_options(ALLOCATOR_FLAG, LAYOUTS_FLAG)
     def run_command(
-        config: ConfigOpt = None,
-        model: ModelOpt = None,
-        gpu: GpuOpt = None,
-        block_size: BlockOpt = None,
-        gpu_memory_utilization: UtilOpt = None,
-        kv_cache_memory: KvMemOpt = None,
-        max_model_len: MaxLenOpt = None,
-        max_num_seqs: SeqsOpt = None,
-        max_num_batched_tokens: BatchOpt = None,
-        enable_chunked_prefill: ChunkOpt = None,
-        enable_prefix_caching: PrefixOpt = None,
-        preemption_mode: PreemptOpt = None,
-        engine: EngineOpt = None,
-        request_rate: RateOpt = None,
-        num_prompts: PromptsOpt = None,
-        duration: DurationOpt = None,
-        workload: WorkloadOpt = None,
-        allocator: AllocatorOpt = None,
-        seed: SeedOpt = None,
-        tensor_parallel_size: TpOpt = None,
-        calibration: CalibOpt = None,
-        export_layouts: LayoutsOpt = None,
-        name: NameOpt = None,
-        swap_space: SwapOpt = None,
-        time_scale: TimeScaleOpt = None,
-        fmt: FormatOpt = None,
-        on_bad_row: BadRowOpt = None,
-        set_pairs: SetOpt = None,
         output: Annotated[Path | None, typer.Option("--output", "-o", help="Results folder.")] = None,
         quiet: QuietOpt = False,
-        kv_cache_dtype: KvDtypeOpt = None,
+        *,
+        flags: dict[str, Any],
     ) -> None:
         """Simulate one scenario, print its summary and write its results folder."""
         from sim.api import simulate
         from sim.files import plain_name
         from sim.results import check_run_dir, write_run
 
-        flags = dict(locals())
         scenario = scenario_from_flags(flags)
         if output is None:
             output = Path("results") / plain_name(scenario.name, what="scenario name")
@@ -347,43 +119,18 @@ def register(app: typer.Typer) -> None:
         typer.echo(f"results written to {target}")
 
     @app.command("compare")
+    @scenario_options(LAYOUTS_FLAG)
     def compare_command(
-        config: ConfigOpt = None,
         allocators: Annotated[
             str | None,
             typer.Option("--allocators", help="Comma-separated allocators (default: the paper's six)."),
         ] = None,
-        model: ModelOpt = None,
-        gpu: GpuOpt = None,
-        block_size: BlockOpt = None,
-        gpu_memory_utilization: UtilOpt = None,
-        kv_cache_memory: KvMemOpt = None,
-        max_model_len: MaxLenOpt = None,
-        max_num_seqs: SeqsOpt = None,
-        max_num_batched_tokens: BatchOpt = None,
-        enable_chunked_prefill: ChunkOpt = None,
-        enable_prefix_caching: PrefixOpt = None,
-        preemption_mode: PreemptOpt = None,
-        engine: EngineOpt = None,
-        request_rate: RateOpt = None,
-        num_prompts: PromptsOpt = None,
-        duration: DurationOpt = None,
-        workload: WorkloadOpt = None,
-        seed: SeedOpt = None,
-        tensor_parallel_size: TpOpt = None,
-        calibration: CalibOpt = None,
-        export_layouts: LayoutsOpt = None,
-        name: NameOpt = None,
-        swap_space: SwapOpt = None,
-        time_scale: TimeScaleOpt = None,
-        fmt: FormatOpt = None,
-        on_bad_row: BadRowOpt = None,
-        set_pairs: SetOpt = None,
         output: Annotated[
             Path, typer.Option("--output", "-o", help="Parent folder: one results folder per allocator.")
         ] = Path("results/compare"),
         quiet: QuietOpt = False,
-        kv_cache_dtype: KvDtypeOpt = None,
+        *,
+        flags: dict[str, Any],
     ) -> None:
         """Run the same workload and seed through several allocators and print them side by side."""
         from sim.api import DEFAULT_COMPARE_ALLOCATORS, compare, run_label
@@ -391,7 +138,6 @@ def register(app: typer.Typer) -> None:
         from sim.files import check_output_folder, ensure_folder
         from sim.results import check_run_dir, write_run
 
-        flags = dict(locals())
         names = None
         if allocators is not None:
             names = [name.strip() for name in allocators.split(",") if name.strip()]

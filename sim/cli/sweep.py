@@ -7,33 +7,20 @@ a sweep whose cells failed (after the others finished) exits 1.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
-_HUMAN_INT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kKmM]?)\s*$")
-_HUMAN_SCALE = {"": 1, "k": 1000, "K": 1024, "m": 1000**2, "M": 1024**2}
+from sim.cli.scenario_flags import scenario_from_flags, scenario_options
 
 
-def parse_human_int_list(text: str, flag: str) -> list[int]:
-    """'2K,4096,8k' -> [2048, 4096, 8000]: vLLM's convention (k = 1000, K = 1024)."""
+def parse_count_list(text: str, flag: str) -> list[int]:
+    """'2K,4096,8k' -> [2048, 4096, 8000] with the one count parser (`sim.scenario.units.parse_count`)."""
     from sim.planning.capacity import CapacityError
+    from sim.scenario.units import parse_count
 
-    values = []
-    for item in text.split(","):
-        if not item.strip():
-            continue
-        match = _HUMAN_INT.match(item)
-        if match is None:
-            raise CapacityError(
-                f"{flag}: {item.strip()!r} is not an integer such as 4096, 4K (4096) or 4k (4000)"
-            )
-        number = float(match.group(1)) * _HUMAN_SCALE[match.group(2)]
-        if number != int(number) or number < 1:
-            raise CapacityError(f"{flag}: {item.strip()!r} must be a whole number >= 1")
-        values.append(int(number))
+    values = [parse_count(item, field=flag) for item in text.split(",") if item.strip()]
     if not values:
         raise CapacityError(f"{flag}: give at least one value (comma-separated)")
     return values
@@ -80,37 +67,8 @@ def register(app: typer.Typer) -> None:
             raise SystemExit(1)  # typer.Exit's code is lost under standalone_mode=False
 
     @app.command("capacity")
+    @scenario_options(skip=("tensor_parallel_size",))
     def capacity_command(
-        scenario: Annotated[
-            Path | None, typer.Option("--scenario", help="Base scenario TOML (default: the paper's setting).")
-        ] = None,
-        model: Annotated[str | None, typer.Option("--model", help="Model preset, e.g. Llama-3-8B.")] = None,
-        gpu: Annotated[str | None, typer.Option("--gpu", help="GPU preset, e.g. H100-80GB.")] = None,
-        workload: Annotated[
-            str | None, typer.Option("--workload", help="Workload preset or trace path (e.g. sharegpt).")
-        ] = None,
-        num_prompts: Annotated[
-            int | None, typer.Option("--num-prompts", help="Requests per simulation.")
-        ] = None,
-        seed: Annotated[int | None, typer.Option("--seed", help="Seed of every simulation.")] = None,
-        kv_cache_memory: Annotated[
-            str | None, typer.Option("--kv-cache-memory", help="KV budget per GPU, e.g. 12GiB.")
-        ] = None,
-        gpu_memory_utilization: Annotated[
-            float | None, typer.Option("--gpu-memory-utilization", help="Fraction of GPU memory for vLLM.")
-        ] = None,
-        max_model_len: Annotated[
-            int | None, typer.Option("--max-model-len", help="The scenario's own max_model_len.")
-        ] = None,
-        max_num_seqs: Annotated[int | None, typer.Option("--max-num-seqs")] = None,
-        block_size: Annotated[int | None, typer.Option("--block-size")] = None,
-        engine: Annotated[
-            str | None,
-            typer.Option("--engine", help="Engine preset: vllm-v0 (default, the paper's) or vllm-v1."),
-        ] = None,
-        kv_cache_dtype: Annotated[
-            str | None, typer.Option("--kv-cache-dtype", help="auto | fp8 | fp8_e4m3 | fp8_e5m2 (as vLLM).")
-        ] = None,
         allocators: Annotated[
             str | None,
             typer.Option(
@@ -163,12 +121,13 @@ def register(app: typer.Typer) -> None:
         output: Annotated[
             Path | None, typer.Option("--output", "-o", help="Also write the plan as .json or .csv.")
         ] = None,
+        *,
+        flags: dict[str, Any],
     ) -> None:
         """Per allocator: max sustainable rate, max concurrency, GPUs needed, max_model_len trade-off."""
         from rich.console import Console
 
         from sim.planning.capacity import CapacityError, Slo, capacity, check_plan_output
-        from sim.scenario.scenario import Scenario, default_scenario
         from sim.scenario.units import parse_duration_s
 
         if (rate_min is None) != (rate_max is None):
@@ -188,27 +147,7 @@ def register(app: typer.Typer) -> None:
                 else parse_duration_s(slo_normalized_latency, field="--slo-normalized-latency")
             ),
         )
-        if scenario is not None:
-            base = Scenario.from_toml(scenario)
-        elif model is None and gpu is None:
-            base = default_scenario()  # the vLLM paper's setting: OPT-13B, A100-40GB, 12 GiB of KV
-        else:  # another model or GPU: vLLM's defaults (budget from gpu_memory_utilization, model's context)
-            base = Scenario(name="capacity")
-        overrides = {
-            "model": model,
-            "gpu": gpu,
-            "workload.source": workload,
-            "num_prompts": num_prompts,
-            "seed": seed,
-            "kv_cache_dtype": kv_cache_dtype,
-            "kv_cache_memory": kv_cache_memory,
-            "gpu_memory_utilization": gpu_memory_utilization,
-            "max_model_len": max_model_len,
-            "max_num_seqs": max_num_seqs,
-            "block_size": block_size,
-            "engine": engine,
-        }
-        base = base.with_overrides(**{k: v for k, v in overrides.items() if v is not None})
+        base = scenario_from_flags(flags, name="capacity")  # TP sizes to try: --tensor-parallel-size
         plan = capacity(
             base,
             slo=slo,
@@ -216,14 +155,12 @@ def register(app: typer.Typer) -> None:
             if allocators is None
             else [a.strip() for a in allocators.split(",") if a.strip()],
             target_rate_req_s=target_rate,
-            tensor_parallel_sizes=(
-                None
-                if tensor_parallel_size is None
-                else parse_human_int_list(tensor_parallel_size, "--tensor-parallel-size")
-            ),
+            tensor_parallel_sizes=None
+            if tensor_parallel_size is None
+            else parse_count_list(tensor_parallel_size, "--tensor-parallel-size"),
             max_model_lens=None
             if max_model_lens is None
-            else parse_human_int_list(max_model_lens, "--max-model-lens"),
+            else parse_count_list(max_model_lens, "--max-model-lens"),
             rate_bracket=None if rate_min is None else (rate_min, rate_max),
             rel_tol=rate_tol,
             jobs=jobs,

@@ -108,6 +108,30 @@ def parse_duration_s(value: int | float | str, *, field: str = "duration") -> fl
     return number * DURATION_UNITS_S[unit]
 
 
+_COUNT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kKmM]?)\s*$")
+_COUNT_SCALE = {"": 1, "k": 1000, "K": 1024, "m": 1000**2, "M": 1024**2}
+
+
+def parse_count(value: int | str, *, field: str = "count") -> int:
+    """A whole number >= 1 from an int or "4096", "4K" (4096) or "4k" (4000): vLLM's convention for
+    `--max-model-len` (vllm/engine/arg_utils.py `human_readable_int`: k = 1000, K = 1024)."""
+    if isinstance(value, bool):
+        raise UnitError(f"field '{field}': expected a whole number such as 4096, 4K or 4k (got {value!r})")
+    if isinstance(value, int):
+        number: float = value
+    else:
+        match = _COUNT.match(str(value))
+        if match is None:
+            text = str(value).strip()
+            raise UnitError(
+                f"field '{field}': {text!r} is not an integer such as 4096, 4K (4096) or 4k (4000)"
+            )
+        number = float(match.group(1)) * _COUNT_SCALE[match.group(2)]
+    if number != int(number) or number < 1:
+        raise UnitError(f"field '{field}': {str(value).strip()!r} must be a whole number >= 1")
+    return int(number)
+
+
 def format_bytes(num_bytes: float) -> str:
     """Short binary-unit display, e.g. 12884901888 -> "12.00 GiB"."""
     magnitude = abs(num_bytes)
