@@ -303,3 +303,12 @@ def test_unreachable_scheduler_leaves_no_sweep_folder(
     assert code == 2 and err.startswith(f"error: --scheduler tcp://127.0.0.1:{port}: cannot connect")
     assert err.count("\n") == 1
     assert not output.exists()  # no .lock, no cells/
+
+
+def test_scenario_flags_change_the_base_of_every_cell(tmp_path: Path) -> None:
+    """`kvsim sweep SPEC --num-prompts N --set seed=S`: the same scenario flags as run and capacity."""
+    spec = spec_toml(tmp_path / "s.toml", num_prompts=10, grid='allocator = ["paged", "contiguous"]')
+    output = tmp_path / "out"
+    main(["sweep", str(spec), "-o", str(output), "--no-progress", "--num-prompts", "6", "--set", "seed=3"])
+    table = pd.read_parquet(output / "sweep.parquet")
+    assert table["num_prompts"].tolist() == [6, 6] and table["seed"].tolist() == [3, 3]

@@ -307,10 +307,11 @@ def _field_overrides(flags: dict[str, Any]) -> dict[str, Any]:
     return overrides
 
 
-def _base_scenario(config: Path | None, overrides: dict[str, Any], name: str) -> Any:
+def _base_scenario(config: Path | None, overrides: dict[str, Any], name: str, base: Any) -> Any:
     """The scenario the flags start from.
 
-    A `--config` file when given. Otherwise the embedded default (the vLLM paper's setting: OPT-13B
+    A `--config` file when given. Otherwise `base` when the command has one (a sweep spec's base
+    scenario). Otherwise the embedded default (the vLLM paper's setting: OPT-13B
     on an A100-40GB with 12 GiB of KV) unless `--model` or `--gpu` names another pair; then vLLM's
     own defaults (KV budget from `gpu_memory_utilization`, the model's context), because the paper's
     12 GiB and 2048 tokens mean nothing for another model or GPU.
@@ -319,19 +320,23 @@ def _base_scenario(config: Path | None, overrides: dict[str, Any], name: str) ->
 
     if config is not None:
         return Scenario.from_toml(config)
+    if base is not None:
+        return base
     if overrides.get("model") is None and overrides.get("gpu") is None:
         return default_scenario()
     return Scenario(name=name)
 
 
-def build_scenario(config: Path | None, overrides: dict[str, Any], *, name: str = "run") -> Any:
+def build_scenario(
+    config: Path | None, overrides: dict[str, Any], *, name: str = "run", base: Any = None
+) -> Any:
     """The base scenario (see `_base_scenario`) with the given field overrides on top.
 
     Overrides go through `with_overrides` in every case, so a dotted key into a preset
     (`model.num_layers`) works the same with and without a config file.
     """
     given = {key: value for key, value in overrides.items() if value is not None}
-    scenario = _base_scenario(config, given, name).with_overrides(**given)
+    scenario = _base_scenario(config, given, name, base).with_overrides(**given)
     if "workload.time_scale" in given and "workload.request_rate" not in given:
         scenario = _keep_trace_rate(scenario)
     return scenario
@@ -353,11 +358,11 @@ def _keep_trace_rate(scenario: Any) -> Any:
     return Scenario(**data)
 
 
-def scenario_from_flags(flags: dict[str, Any], *, name: str = "run") -> Any:
+def scenario_from_flags(flags: dict[str, Any], *, name: str = "run", base: Any = None) -> Any:
     """The Scenario a command's flags describe (--config, named flags, then --set pairs)."""
     from sim.files import plain_name
 
     if flags.get("name") is not None:
         plain_name(flags["name"])  # it names the default results folder: results/<name>
     overrides = merge_overrides(_field_overrides(flags), parse_set_pairs(flags.get("set_pairs") or []))
-    return build_scenario(flags.get("config"), overrides, name=name)
+    return build_scenario(flags.get("config"), overrides, name=name, base=base)

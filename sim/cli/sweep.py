@@ -30,6 +30,7 @@ def register(app: typer.Typer) -> None:
     """Add `kvsim sweep` and `kvsim capacity` to the app."""
 
     @app.command("sweep")
+    @scenario_options()
     def sweep_command(
         spec: Annotated[
             Path, typer.Argument(help="Sweep spec TOML: a base scenario plus grid and zip tables.")
@@ -49,12 +50,26 @@ def register(app: typer.Typer) -> None:
         progress: Annotated[
             bool, typer.Option("--progress/--no-progress", help="Show the progress bar.")
         ] = True,
+        *,
+        flags: dict[str, Any],
     ) -> None:
-        """Run every cell of a sweep (resumable: finished cells are skipped) and write sweep.parquet."""
-        from sim.sweeps.runner import SWEEP_TABLE, run_sweep
+        """Run every cell of a sweep (resumable: finished cells are skipped) and write sweep.parquet.
 
+        The scenario flags (--config, --model, --set, ...) change the spec's base scenario for every cell.
+        """
+        from sim.sweeps.runner import SWEEP_TABLE, run_sweep
+        from sim.sweeps.spec import parse_spec
+
+        parsed = parse_spec(spec)
+        if any(value not in (None, []) for value in flags.values()):
+            parsed = parse_spec(spec, base=scenario_from_flags(flags, base=parsed.base))
         table, report = run_sweep(
-            spec, jobs=jobs, scheduler=scheduler, dask_local=dask_local, output_dir=output, progress=progress
+            parsed,
+            jobs=jobs,
+            scheduler=scheduler,
+            dask_local=dask_local,
+            output_dir=output,
+            progress=progress,
         )
         typer.echo(
             f"{report.total} cells: {report.ran} ran, {report.skipped} already done, "

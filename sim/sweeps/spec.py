@@ -159,10 +159,14 @@ def _format_overrides(overrides: Mapping[str, Any]) -> str:
     return ", ".join(f"{k}={v!r}" for k, v in overrides.items())
 
 
-def parse_spec(spec: str | Path | Mapping[str, Any], *, name: str | None = None) -> SweepSpec:
+def parse_spec(
+    spec: str | Path | Mapping[str, Any], *, name: str | None = None, base: Any = None
+) -> SweepSpec:
     """Read and validate a sweep spec; every cell's scenario is built (and so checked) here.
 
-    Raises SweepSpecError (one line) for an unreadable file, an unknown key or a refused value.
+    `base` (a Scenario) replaces the spec's own base scenario: `kvsim sweep SPEC --config FILE` and
+    the scenario flags build it on top of the spec's base. Raises SweepSpecError (one line) for an
+    unreadable file, an unknown key or a refused value.
     """
     if isinstance(spec, Mapping):
         data: Mapping[str, Any] = spec
@@ -212,7 +216,8 @@ def parse_spec(spec: str | Path | Mapping[str, Any], *, name: str | None = None)
         keys = tuple(group)
         axes.append((keys, list(zip(*(group[k] for k in keys), strict=True))))
 
-    base = _load_base(data.get("base"), spec_dir, source)
+    if base is None:
+        base = _load_base(data.get("base"), spec_dir, source)
     cells: list[Cell] = []
     ids: dict[str, int] = {}
     for index, combo in enumerate(itertools.product(*(values for _, values in axes))):
