@@ -72,15 +72,13 @@ def cell_id(overrides: Mapping[str, Any]) -> str:
 
 
 def one_line(exc: BaseException) -> str:
-    """The first meaningful line of an error message (pydantic's are multi-line)."""
-    errors = getattr(exc, "errors", None)
-    if callable(errors):  # pydantic ValidationError: "loc: msg" of the first error
-        try:
-            first = errors()[0]
-            loc = ".".join(str(part) for part in first.get("loc", ()))
-            return f"{loc}: {first.get('msg', '')}".strip(": ")
-        except Exception:  # fall back to the text
-            pass
+    """The first meaningful line of an error message; pydantic's through the scenario's one formatter."""
+    from pydantic import ValidationError
+
+    if isinstance(exc, ValidationError):
+        from sim.scenario.scenario import one_line as validation_line
+
+        return validation_line(exc)
     text = str(exc).strip() or type(exc).__name__
     return text.splitlines()[0]
 

@@ -16,7 +16,7 @@ from sim.errors import user_error_types
 from sim.scenario.presets import gpu_linear_fit
 from sim.scenario.scenario import Scenario, default_scenario
 
-PROFILE = Path(__file__).resolve().parent / "data" / "calibration_small.json"
+PROFILE = Path(__file__).resolve().parents[1] / "data" / "calibration_small.json"
 OPT13B_WEIGHT_BYTES = 12_853_473_280 * 2
 OPT13B_KV_BYTES_PER_TOKEN = 819_200
 A100_40_HBM = 1.555e12

@@ -21,7 +21,7 @@ from _gpu_helpers import fake_device  # noqa: F401 - fixture
 
 from gpu.timing import EventTimer
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _layout_and_launch(fake):

@@ -13,7 +13,7 @@ from sim.cost.fit import fit_all_reduce, fit_linear, load_profiles, mape_pct, ne
 from sim.cost.network import ALL_REDUCE_TABLES
 from sim.scenario.presets import GPU_LINEAR_FITS, gpu_preset
 
-PROFILES = Path(__file__).resolve().parents[1].parent / "shared" / "profiles"
+PROFILES = Path(__file__).resolve().parents[2].parent / "shared" / "profiles"
 MLP_FILES = sorted((PROFILES / "vidur_mlp").glob("*.mlp.csv")) if PROFILES.is_dir() else []
 needs_profiles = pytest.mark.skipif(not MLP_FILES, reason=f"shared profiles not found at {PROFILES}")
 

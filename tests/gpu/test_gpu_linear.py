@@ -23,7 +23,7 @@ from gpu.linear import (
 )
 from gpu.timing import EventTimer
 
-VIDUR_MLP = Path(__file__).resolve().parents[2] / "shared" / "profiles" / "vidur_mlp"
+VIDUR_MLP = Path(__file__).resolve().parents[3] / "shared" / "profiles" / "vidur_mlp"
 TINY = ModelShape("tiny", n_head=4, n_kv_head=2, n_embd=64, n_expanded_embd=96, vocab_size=1000)
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from gpu.profile import write_text_atomic
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 THIRD_PARTY = {"numpy", "cupy"}
 PROJECT_ALLOWED = {"gpu", "allocators.base"}  # allocators.base: only for the type of a snapshot
 DEVICE_PATH = (

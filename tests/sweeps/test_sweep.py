@@ -18,7 +18,7 @@ from sim.cli import main
 from sim.scenario.scenario import Scenario
 from sim.sweeps.runner import run_sweep, sweep
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 BASE = {
     "model": "OPT-13B",
     "gpu": "A100-40GB",

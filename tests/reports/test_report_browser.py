@@ -27,7 +27,7 @@ CHROMIUM_ARGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
-SCREENSHOT = Path(__file__).resolve().parents[1] / "results" / "report_screenshot.png"
+SCREENSHOT = Path(__file__).resolve().parents[2] / "results" / "report_screenshot.png"
 
 
 def _playwright():
