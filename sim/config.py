@@ -180,11 +180,16 @@ class WorkloadSpec(BaseModel):
         return source
 
 
-NON_FINITE_FLOAT_TEXT: dict[str, float] = {"inf": math.inf, "+inf": math.inf, "-inf": -math.inf, "nan": math.nan}
+NON_FINITE_FLOAT_TEXT: dict[str, float] = {
+    "inf": math.inf,
+    "+inf": math.inf,
+    "-inf": -math.inf,
+    "nan": math.nan,
+}
 
 
 def _non_finite_float_text(value: Any) -> Any:
-    """"inf", "-inf" and "nan" as floats; any other value unchanged.
+    """ "inf", "-inf" and "nan" as floats; any other value unchanged.
 
     Why: the models are strict (a string is not a number: `block_size = "16"` is refused), but strict
     JSON has no inf/nan, so `to_dict()` writes them as these strings (`_json_safe`), and a summary.json

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from workloads.errors import WorkloadError
-from workloads.readers.common import TraceRead, decode, finish, jsonl_records, to_numbers
+from workloads.readers.common import TraceRead, decode, finish, jsonl_records, object_column, to_numbers
 from workloads.schema import RowCheck
 
 COLUMNS = {
@@ -33,21 +33,20 @@ def read(data: bytes, file: str, on_bad_row: str) -> TraceRead:
             raise WorkloadError(f"missing column (have: {', '.join(records[0])})", file=file, field=key)
     checks: list[RowCheck] = []
     columns: dict[str, np.ndarray] = {}
-    raw_ms = np.array([r.get("timestamp") for r in records], dtype=object)
+    raw_ms = object_column([r.get("timestamp") for r in records])
     time_ms, time_check = to_numbers(raw_ms, "timestamp")
     columns["arrival_s"] = time_ms / 1000.0
     columns["prompt_tokens"], prompt_check = to_numbers(
-        np.array([r.get("input_length") for r in records], dtype=object), "input_length"
+        object_column([r.get("input_length") for r in records]), "input_length"
     )
     columns["output_tokens"], output_check = to_numbers(
-        np.array([r.get("output_length") for r in records], dtype=object), "output_length"
+        object_column([r.get("output_length") for r in records]), "output_length"
     )
     checks += [time_check, prompt_check, output_check]
-    hashes = np.empty(len(records), dtype=object)
     # A missing `hash_ids` is a missing field, not "no blocks": an empty list would hide the row's
     # prefix identity and later break the hit-ratio arithmetic.
     missing = np.fromiter(("hash_ids" not in r for r in records), dtype=bool, count=len(records))
-    hashes[:] = [r.get("hash_ids") for r in records]
+    hashes = object_column([r.get("hash_ids") for r in records])
     not_ints = ~missing & np.fromiter(
         (not isinstance(h, list) or not all(type(x) is int for x in h) for h in hashes),
         dtype=bool,
