@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 
@@ -22,3 +23,25 @@ def always_die(arg: int) -> int:
 
 def raise_value_error(arg: int) -> int:
     raise ValueError(f"bad value {arg}\nsecond line")
+
+
+def crash_or_wait(arg: tuple[str, str]) -> str:
+    """("crash", dir): leave a died-N marker (N = attempt) and kill the worker.
+    ("wait", dir): a healthy task that runs until the crasher has died 3 times (at most 60 s), so that
+    it is in flight at every one of those deaths; returns "ok"."""
+    action, marker_dir = arg
+    folder = Path(marker_dir)
+    if action == "crash":
+        attempt = len(list(folder.glob("died-*"))) + 1
+        (folder / f"died-{attempt}").touch()
+        os._exit(9)
+    deadline = time.monotonic() + 60.0
+    while len(list(folder.glob("died-*"))) < 3 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return "ok"
+
+
+def sleep_then_echo(arg: tuple[str, float]) -> str:
+    value, seconds = arg
+    time.sleep(seconds)
+    return value

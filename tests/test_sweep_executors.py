@@ -32,6 +32,46 @@ def test_local_pool_retries_a_task_whose_worker_died(tmp_path: Path) -> None:
         executor.close()
 
 
+def test_local_pool_charges_only_the_task_of_the_worker_that_died(tmp_path: Path) -> None:
+    """A healthy cell running beside a crashing one is not charged for the crashes (issue 11, part 4)."""
+    executor = LocalProcessExecutor(2)
+    try:
+        items = [("healthy", ("wait", str(tmp_path))), ("crash", ("crash", str(tmp_path)))]
+        outcomes = {o.key: o for o in executor.map_unordered(helpers.crash_or_wait, items)}
+    finally:
+        executor.close()
+    assert sorted(p.name for p in tmp_path.glob("died-*")) == ["died-1", "died-2", "died-3"]
+    healthy, crash = outcomes["healthy"], outcomes["crash"]
+    assert healthy.ok and healthy.value == "ok" and healthy.attempts == 1
+    assert not crash.ok and crash.attempts == 3 and crash.error == "worker process died (3 attempts)"
+
+
+def test_local_pool_left_early_hands_no_stale_result_to_the_next_map() -> None:
+    executor = LocalProcessExecutor(2)
+    try:
+        outcomes = executor.map_unordered(
+            helpers.sleep_then_echo, [("fast", ("fast", 0.0)), ("slow", ("slow", 30.0))]
+        )
+        assert next(outcomes).key == "fast"
+        outcomes.close()  # the caller stops reading while "slow" still runs
+        assert executor.running == 0
+        again = list(executor.map_unordered(helpers.sleep_then_echo, [("next", ("next", 0.0))]))
+        assert [(o.key, o.value, o.attempts) for o in again] == [("next", "next", 1)]
+    finally:
+        executor.close()
+
+
+def test_local_pool_reports_an_argument_that_does_not_pickle() -> None:
+    executor = LocalProcessExecutor(1)
+    try:
+        items = [("bad", lambda: None), ("good", ("good", 0.0))]
+        outcomes = {o.key: o for o in executor.map_unordered(helpers.sleep_then_echo, items)}
+    finally:
+        executor.close()
+    assert not outcomes["bad"].ok and "pickle" in outcomes["bad"].error.lower()
+    assert outcomes["good"].ok and outcomes["good"].value == "good"
+
+
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
