@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from sim.step_cost_limits import check_step_cost
+
 if TYPE_CHECKING:
     from sim.config import Scenario
 
@@ -203,7 +205,7 @@ class CostModel:
             layout_factor = scenario.kv_layout_factor
             if kv_fit is not None and kv_fit.layout == CONTIGUOUS_LAYOUT:
                 kv_fit_scale = layout_factor
-        return cls(
+        cost = cls(
             weight_bytes=scenario.weight_bytes_per_gpu(),
             kv_bytes_per_token=scenario.kv_bytes_per_token_per_gpu(),
             num_layers=model.num_layers,
@@ -220,6 +222,8 @@ class CostModel:
             constant_step_s=scenario.constant_step_s,
             source=source if scenario.constant_step_s is None else "constant",
         )
+        check_step_cost(cost, scenario)  # a step of inf (or 1e300) s is refused here, by its term
+        return cost
 
     # -- the KV-read term -----------------------------------------------------------------------------------
 
