@@ -35,6 +35,7 @@ from sim import diagnosis, figures
 from sim.errors import ResultsError
 from sim.output_paths import check_output_dir, write_error
 from sim.results import STEPS_FILE, SUMMARY_FILE, load_run
+from sim.results_checks import check_metric_numbers
 from sim.sweeping import CELLS_DIR, SWEEP_TABLE
 
 RESULT_FILES: tuple[str, ...] = ("summary.json", "requests.parquet", "steps.parquet")
@@ -145,6 +146,7 @@ def load_results(results_dir: Path) -> LoadedRun:
         raise ResultsError(
             f"{summary_path}: missing metrics {', '.join(missing_metrics)} (older or partial run?)"
         )
+    check_metric_numbers(metrics, summary_path, REQUIRED_METRICS)
     if not isinstance(summary["scenario"], dict):
         raise ResultsError(f"{summary_path}: field scenario must be an object")
     if run.steps.empty:

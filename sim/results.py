@@ -23,6 +23,7 @@ import pandas as pd
 from sim.errors import ResultsError
 from sim.metrics import REQUEST_COLUMNS, STEP_COLUMNS
 from sim.output_paths import check_output_dir
+from sim.results_checks import NON_NUMERIC_REQUEST_COLUMNS, check_numeric_columns
 
 REQUESTS_FILE = "requests.parquet"
 STEPS_FILE = "steps.parquet"
@@ -177,4 +178,7 @@ def load_run(directory: str | Path) -> Run:
         raise ResultsError(f"{summary_path}: missing key(s) {', '.join(missing)}")
     requests = _read_parquet(folder / REQUESTS_FILE, CONTRACT_REQUEST_COLUMNS)
     steps = _read_parquet(folder / STEPS_FILE, CONTRACT_STEP_COLUMNS)
+    numeric_requests = [c for c in REQUEST_COLUMNS if c not in NON_NUMERIC_REQUEST_COLUMNS]
+    check_numeric_columns(requests, folder / REQUESTS_FILE, numeric_requests)
+    check_numeric_columns(steps, folder / STEPS_FILE, STEP_COLUMNS)
     return Run(requests=requests, steps=steps, summary=summary, path=folder)
