@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from sim import interrupts
 from sim.errors import KvsimError
 from sim.output_paths import check_output_file, write_error
 
@@ -589,6 +590,7 @@ class CapacityPlan:
         except BaseException:
             Path(temp_name).unlink(missing_ok=True)
             raise
+        interrupts.note_written(target)
         return target
 
     def rich_table(self) -> Any:

@@ -31,7 +31,7 @@ from typing import Any, Protocol
 import pandas as pd
 
 from allocators.base import BREAKDOWN_PARTS
-from sim import diagnosis, figures
+from sim import diagnosis, figures, interrupts
 from sim.errors import ResultsError
 from sim.output_paths import check_output_dir, write_error
 from sim.results import STEPS_FILE, SUMMARY_FILE, load_run
@@ -582,6 +582,7 @@ def report(results_dirs: list[Path], output_dir: Path | None = None) -> Path:
         _publish(output_dir, pngs, markdown, page)
     except OSError as exc:  # checked above, so only a late failure: a full disk, a folder removed
         raise write_error("report folder", output_dir, exc) from None
+    interrupts.note_written(output_dir)
     return output_dir / "report.html"
 
 

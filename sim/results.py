@@ -20,6 +20,7 @@ from typing import Any
 
 import pandas as pd
 
+from sim import interrupts
 from sim.errors import ResultsError
 from sim.metrics import REQUEST_COLUMNS, STEP_COLUMNS
 from sim.output_paths import check_output_dir
@@ -141,6 +142,7 @@ def write_run(run: Run, directory: str | Path) -> Path:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     run.path = target
+    interrupts.note_written(target)
     return target
 
 

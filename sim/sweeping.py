@@ -26,6 +26,7 @@ from typing import Any
 
 import pandas as pd
 
+from sim import interrupts
 from sim.errors import ResultsError
 from sim.executors import CellExecutor, check_backend_args, make_executor
 from sim.output_paths import check_output_dir
@@ -352,6 +353,7 @@ def run_sweep(
                 (cells_dir / PARTIAL_DIR).rmdir()
             table = gather(spec, cells_dir, report.failed)
             write_table_atomic(table, sweep_dir / SWEEP_TABLE)
+            interrupts.note_written(sweep_dir)
     finally:
         if own_executor and executor is not None:
             executor.close()
@@ -384,6 +386,15 @@ def _run_cells(
         def show_running() -> None:
             bar.update(running=executor.running, failed=len(report.failed))
 
+        def note_saved() -> None:  # for the line Ctrl-C prints (sim.interrupts)
+            interrupts.note_partial(
+                cells_dir.parent,
+                f"{report.skipped + report.ran} of {report.total} cells saved "
+                f"(rerun the same command to resume), {SWEEP_TABLE} not written",
+            )
+
+        note_saved()
+
         for outcome in executor.map_unordered(execute_cell, tasks, on_start=show_running):
             result: CellResult | None = outcome.value
             if outcome.ok and result is not None and result.ok:
@@ -393,6 +404,7 @@ def _run_cells(
             else:
                 report.failed[outcome.key] = result.error if result is not None else outcome.error
             bar.update(advance=1, running=executor.running, failed=len(report.failed))
+            note_saved()
     finally:
         bar.close(report.failed, spec)
 

@@ -11,6 +11,7 @@ held, the other workers keep running, and only the dead one is replaced.
 from __future__ import annotations
 
 import multiprocessing
+import signal
 from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
@@ -27,7 +28,12 @@ def first_line(exc: BaseException) -> str:
 
 
 def _serve(conn: Connection) -> None:
-    """Worker loop: receive (fn, arg), send back (True, value) or (False, one-line error); None stops."""
+    """Worker loop: receive (fn, arg), send back (True, value) or (False, one-line error); None stops.
+
+    Ctrl-C reaches every process of the terminal's group; the parent alone handles it (it stops the
+    workers), so a worker ignores SIGINT instead of printing its own traceback.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     while True:
         try:
             message = conn.recv()
