@@ -74,6 +74,12 @@ CASES = {
         '{"timestamp": 0, "input_length": [1, 2], "output_length": 5, "hash_ids": [1]}\n',
         "row 1, field 'input_length': not a number ([1, 2])",
     ),
+    "mooncake block id beyond int64": (
+        "m.jsonl",
+        '{"timestamp": 0, "input_length": 10, "output_length": 5, "hash_ids": [1]}\n'
+        '{"timestamp": 1, "input_length": 10, "output_length": 5, "hash_ids": [' + str(10**30) + "]}\n",
+        "row 2, field 'hash_ids': block ids must fit in 64 bits ([1000000000000000000000000000000])",
+    ),
     "azure naive after aware": (
         "a.csv",
         "TIMESTAMP,ContextTokens,GeneratedTokens\n"

@@ -27,6 +27,7 @@ from workloads.errors import WorkloadError
 GENERIC_COLUMNS = ("arrival_s", "prompt_tokens", "output_tokens", "max_tokens", "prefix_group", "turn")
 MOONCAKE_KEYS = ("timestamp", "input_length", "output_length", "hash_ids")
 AZURE_HEADER = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
+RATE = 2.0  # a length-only file needs a rate for its drawn arrivals; a timed one is rescaled to it
 FUZZ = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 # Scalars a trace cell may hold, chosen to hit the edges: huge, tiny, non-finite, text, flags, empty.
@@ -63,7 +64,7 @@ def check_loads_or_one_line(path: Path, *, max_row: int, fields: set[str] | None
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         try:
-            table = workloads.load(path)
+            table = workloads.load(path, request_rate=RATE)
         except WorkloadError as exc:
             message = str(exc)
             assert "\n" not in message and message.startswith(f"{path}"), message
@@ -87,7 +88,7 @@ def _cli_describe(path: Path) -> tuple[int, str]:
     err = io.StringIO()
     with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
         try:
-            main(["workload", "describe", str(path)])
+            main(["workload", "describe", str(path), "--request-rate", str(RATE)])
         except SystemExit as exit_:
             return int(exit_.code or 0), err.getvalue()
     return 0, err.getvalue()
@@ -146,6 +147,26 @@ def test_random_json_lines_load_or_fail_at_their_line(records: list[dict], moonc
         path.write_text(text, encoding="utf-8")
         fields = set(GENERIC_COLUMNS) | set(MOONCAKE_KEYS)
         check_loads_or_one_line(path, max_row=len(records), fields=fields)
+
+
+@FUZZ
+@given(
+    rows=st.lists(
+        st.tuples(NUMBERS, NUMBERS, st.one_of(st.lists(NUMBERS, max_size=4), JSON_VALUES)),
+        min_size=1,
+        max_size=5,
+    )
+)
+def test_random_mooncake_rows_load_or_fail_at_their_line(rows: list[tuple]) -> None:
+    records = [
+        {"timestamp": i * 1000, "input_length": length, "output_length": output, "hash_ids": ids}
+        for i, (length, output, ids) in enumerate(rows)
+    ]
+    text = "\n".join(json.dumps(r) for r in records) + "\n"
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "mooncake.jsonl"
+        path.write_text(text, encoding="utf-8")
+        check_loads_or_one_line(path, max_row=len(records), fields=set(MOONCAKE_KEYS))
 
 
 PARQUET_COLUMNS = st.sampled_from(

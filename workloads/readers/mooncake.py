@@ -20,6 +20,8 @@ COLUMNS = {
     "block_hashes": "hash_ids",
 }
 BLOCK_HASH_TOKENS = 512
+# Block ids become an int64 array (workloads.sharing); an id outside it would fail there, not here.
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 
 def sniff(first_record: dict) -> bool:
@@ -52,10 +54,20 @@ def read(data: bytes, file: str, on_bad_row: str) -> TraceRead:
         dtype=bool,
         count=len(records),
     )
-    shown = {int(i): repr(hashes[i])[:40] for i in np.flatnonzero(not_ints)}
+    out_of_range = ~not_ints & np.fromiter(
+        (
+            isinstance(h, list) and any(type(x) is int and not INT64_MIN <= x <= INT64_MAX for x in h)
+            for h in hashes
+        ),
+        dtype=bool,
+        count=len(records),
+    )
+    shown = {int(i): repr(hashes[i])[:40] for i in np.flatnonzero(not_ints | out_of_range)}
     checks.append(RowCheck("hash_ids", missing, lambda i: "missing value"))
     checks.append(RowCheck("hash_ids", not_ints, lambda i: f"not a list of integer block ids ({shown[i]})"))
-    for i in np.flatnonzero(missing | not_ints):  # (element-wise: a list of lists would broadcast as 2-D)
+    checks.append(RowCheck("hash_ids", out_of_range, lambda i: f"block ids must fit in 64 bits ({shown[i]})"))
+    unusable = missing | not_ints | out_of_range
+    for i in np.flatnonzero(unusable):  # (element-wise: a list of lists would broadcast as 2-D)
         hashes[i] = []
     # Every prompt token lies in exactly one block, so len(hash_ids) == ceil(input_length / 512). Too many
     # ids is a request-table rule (workloads.schema); too few is checked here, because a short list
