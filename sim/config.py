@@ -189,7 +189,7 @@ NON_FINITE_FLOAT_TEXT: dict[str, float] = {
 
 
 def _non_finite_float_text(value: Any) -> Any:
-    """ "inf", "-inf" and "nan" as floats; any other value unchanged.
+    """The strings "inf", "-inf" and "nan" as floats; any other value unchanged.
 
     Why: the models are strict (a string is not a number: `block_size = "16"` is refused), but strict
     JSON has no inf/nan, so `to_dict()` writes them as these strings (`_json_safe`), and a summary.json
