@@ -176,44 +176,50 @@ def _scalar_number(value: Any) -> Any:
     return None
 
 
+# What a cell holds, as one small code per value: one pass of Python, then vectorised masks.
+_MISSING, _FLAG, _SCALAR, _OTHER = 0, 1, 2, 3
+
+
+def _kind(value: Any) -> int:
+    if value is None or (type(value) is str and value == ""):
+        return _MISSING
+    if isinstance(value, bool | np.bool_):
+        return _FLAG
+    if isinstance(value, str | int | float | np.integer | np.floating):
+        return _SCALAR
+    return _OTHER  # a list, an object, an array: never a number
+
+
 def to_numbers(raw: np.ndarray, field: str) -> tuple[np.ndarray, RowCheck]:
     """Text or JSON values to float64 (NaN where missing); the check flags values that are not numbers.
 
     Values are kept as float64 here, whatever their size: the range rules (`workloads.schema`) run on
     these floats, before any cast to int64, so 1e30 or 2**63 is reported as too large on its own line.
     """
-    count = len(raw)
-    scalar = np.fromiter(
-        (v is None or isinstance(v, str | int | float | np.integer | np.floating) for v in raw),
-        dtype=bool,
-        count=count,
-    )
-    cleaned = object_column([_scalar_number(v) for v in raw])
-    values = pd.to_numeric(pd.Series(cleaned, dtype=object), errors="coerce").to_numpy(
-        dtype=np.float64, na_value=np.nan, copy=True
-    )
-    present = np.fromiter((v is not None and not _is_empty_text(v) for v in raw), dtype=bool, count=count)
-    bools = np.fromiter((isinstance(v, bool) for v in raw), dtype=bool, count=count)
-    values[bools | ~scalar] = np.nan
-    not_number = (np.isnan(values) & present) | bools | ~scalar
-    missing = ~present
+    kinds = np.fromiter(map(_kind, raw), dtype=np.int8, count=len(raw))
+    try:
+        parsed = pd.to_numeric(pd.Series(raw, dtype=object), errors="coerce")
+    except OverflowError:  # an integer beyond float64 (hundreds of digits): convert value by value
+        parsed = pd.to_numeric(
+            pd.Series(object_column([_scalar_number(v) for v in raw]), dtype=object), errors="coerce"
+        )
+    values = parsed.to_numpy(dtype=np.float64, na_value=np.nan, copy=True)
+    missing = kinds == _MISSING
+    values[(kinds == _FLAG) | (kinds == _OTHER)] = np.nan
+    not_number = (np.isnan(values) & ~missing) | (kinds == _FLAG) | (kinds == _OTHER)
     check_bad = not_number | missing
 
     def reason(i: int) -> str:
         value = raw[i]
         if missing[i]:
             return "missing value"
-        if not scalar[i]:
-            return f"not a number ({_short_repr(value)})"
-        if (isinstance(value, float) and value != value) or str(value).strip().lower() in NAN_WORDS:
+        if kinds[i] == _SCALAR and (
+            (isinstance(value, float) and value != value) or str(value).strip().lower() in NAN_WORDS
+        ):
             return f"missing value (NaN: {value!r})"
         return f"not a number ({_short_repr(value)})"
 
     return values, RowCheck(field, check_bad, reason)
-
-
-def _is_empty_text(value: Any) -> bool:
-    return isinstance(value, str) and value == ""
 
 
 def _short_repr(value: Any, limit: int = 40) -> str:
