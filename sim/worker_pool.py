@@ -91,6 +91,8 @@ class WorkerPool:
         if len(self._workers) >= self.size:
             raise RuntimeError("every worker is busy")  # a caller bug: submit at most `size` tasks
         parent_end, child_end = self._context.Pipe(duplex=True)
+        # Daemonic: ended with the parent even if close() is never called (a task must not itself
+        # start processes, which simulation cells and capacity rows do not).
         process = self._context.Process(target=_serve, args=(child_end,), daemon=True)
         process.start()
         child_end.close()
