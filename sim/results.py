@@ -15,9 +15,11 @@ from typing import Any
 
 import pandas as pd
 
+from sim import interrupts
 from sim.core.metrics import REQUEST_COLUMNS, STEP_COLUMNS
 from sim.errors import ResultsError
 from sim.files import check_output_folder, dumps_json, read_summary, replace_folder
+from sim.results_checks import NON_NUMERIC_REQUEST_COLUMNS, check_numeric_columns
 
 REQUESTS_FILE = "requests.parquet"
 STEPS_FILE = "steps.parquet"
@@ -99,6 +101,7 @@ def write_run(run: Run, directory: str | Path) -> Path:
 
     target = replace_folder(directory, "run", fill, what="results folder")
     run.path = target
+    interrupts.note_written(target)
     return target
 
 
@@ -129,4 +132,7 @@ def load_run(directory: str | Path) -> Run:
         raise ResultsError(f"{summary_path}: missing key(s) {', '.join(missing)}")
     requests = _read_parquet(folder / REQUESTS_FILE, CONTRACT_REQUEST_COLUMNS)
     steps = _read_parquet(folder / STEPS_FILE, CONTRACT_STEP_COLUMNS)
+    numeric_requests = [c for c in REQUEST_COLUMNS if c not in NON_NUMERIC_REQUEST_COLUMNS]
+    check_numeric_columns(requests, folder / REQUESTS_FILE, numeric_requests)
+    check_numeric_columns(steps, folder / STEPS_FILE, STEP_COLUMNS)
     return Run(requests=requests, steps=steps, summary=summary, path=folder)

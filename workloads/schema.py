@@ -54,6 +54,15 @@ MIN_VALUE: dict[str, int] = {
     "n": 1,
 }
 
+# Largest value of an integer column: 2**53 is the largest integer float64 holds exactly, so every
+# accepted value casts to int64 unchanged (readers parse numbers as float64; 1e30, 2**63 or a uint64
+# max would otherwise wrap to a negative length in the cast). Any real length or id is far below it.
+MAX_INT_VALUE = 2**53
+# Longest trace span, first to last arrival. The longest public LLM serving traces cover weeks to a few
+# months (Azure LLM inference 2024: one week; BurstGPT: 121 days); a span of centuries is a unit or
+# year typo. Also keeps arrival_s far from the float64 range where a microsecond is lost.
+MAX_TRACE_SPAN_S = 366 * 24 * 3600.0
+
 
 @dataclass(frozen=True)
 class RowCheck:
@@ -91,6 +100,10 @@ def _numeric_checks(df: pd.DataFrame, column: str, integer: bool, minimum: float
         if integer:
             fractional = np.isfinite(values) & (values != np.round(values))
             checks.append(RowCheck(column, fractional, lambda i, v=values: f"not an integer ({v[i]})"))
+            too_large = np.isfinite(values) & (np.abs(values) > MAX_INT_VALUE)
+            checks.append(
+                RowCheck(column, too_large, lambda i, v=values: f"too large (got {v[i]:.6g}; at most 2**53)")
+            )
         if minimum is not None:
             low = values < minimum
             what = "positive" if minimum == 1 else f">= {minimum:g}"
@@ -127,6 +140,34 @@ def _block_hash_checks(df: pd.DataFrame, block_hash_tokens: int | None) -> list[
     return checks
 
 
+def beyond_span(arrival_s: np.ndarray) -> np.ndarray:
+    """Rows more than MAX_TRACE_SPAN_S after the first valid arrival, with every later row too.
+
+    Why "every later row too": one mistyped stamp in the middle (1e9 s, then 12 s again) is an unsorted
+    row, reported as such on the row that goes back in time; a trace that really runs centuries long
+    (or a stamp in the wrong unit at the end) has all its later rows that far out as well.
+    """
+    finite = np.isfinite(arrival_s)
+    first = np.flatnonzero(finite)
+    if not first.size:
+        return np.zeros(len(arrival_s), dtype=bool)
+    later_min = np.minimum.accumulate(np.where(finite, arrival_s, np.inf)[::-1])[::-1]
+    with np.errstate(invalid="ignore", over="ignore"):
+        return finite & (later_min - arrival_s[first[0]] > MAX_TRACE_SPAN_S)
+
+
+def _span_check(arrival_s: np.ndarray) -> RowCheck:
+    """A trace centuries long: the rows of `beyond_span`, with how far out they are."""
+    finite = np.flatnonzero(np.isfinite(arrival_s))
+    origin = arrival_s[finite[0]] if finite.size else 0.0
+    days = MAX_TRACE_SPAN_S / 86400
+
+    def reason(i: int) -> str:
+        return f"{arrival_s[i] - origin:.6g} s after the first request: a trace spans at most {days:g} days"
+
+    return RowCheck("arrival_s", beyond_span(arrival_s), reason)
+
+
 def row_checks(df: pd.DataFrame, *, block_hash_tokens: int | None = None) -> list[RowCheck]:
     """Every per-row rule that applies to the columns `df` has (missing columns are not checked here)."""
     checks: list[RowCheck] = []
@@ -143,6 +184,7 @@ def row_checks(df: pd.DataFrame, *, block_hash_tokens: int | None = None) -> lis
                 rule="order",
             )
         )
+        checks.append(_span_check(arrival))
     for column in (*REQUIRED_COLUMNS, *OPTIONAL_COLUMNS):
         if column not in df.columns or column == "block_hashes":
             continue

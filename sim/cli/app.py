@@ -88,15 +88,27 @@ def _usage_line(exc: Exception) -> str:
     return f"{message} (see '{command} --help')"
 
 
+def _exit_interrupted() -> None:
+    """Ctrl-C: one line saying what was and was not written, exit 130 (no traceback)."""
+    from sim import interrupts
+
+    print(interrupts.interrupted_line(), file=sys.stderr)
+    sys.exit(interrupts.INTERRUPTED_EXIT_CODE)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console entry point: run the app, turning any user error into one line and exit code 2."""
+    from sim import interrupts
     from sim.errors import user_error_types
 
-    app = build_app()
+    interrupts.reset()
     try:
+        app = build_app()
         # Non-standalone: a command's normal return comes back here instead of SystemExit(0), so
         # tests and notebooks can call main() in-process; `raise typer.Exit(n)` returns n.
         exit_code = app(args=argv, standalone_mode=False)
+    except KeyboardInterrupt:  # Ctrl-C outside click's own handling (e.g. while importing)
+        _exit_interrupted()
     except user_error_types() as exc:
         print(f"error: {in_flag_words(str(exc), sys.argv[1:] if argv is None else argv)}", file=sys.stderr)
         sys.exit(2)
@@ -112,9 +124,13 @@ def main(argv: list[str] | None = None) -> None:
         if hasattr(exc, "format_message") and isinstance(getattr(exc, "exit_code", None), int):
             print(f"error: {_usage_line(exc)}", file=sys.stderr)
             sys.exit(exc.exit_code)
+        if type(exc).__name__ == "Abort" and isinstance(exc.__cause__, KeyboardInterrupt):
+            _exit_interrupted()  # click turns Ctrl-C into Abort (after printing an empty line)
         if type(exc).__name__ == "Abort":
             print("aborted", file=sys.stderr)
             sys.exit(1)
         raise
+    if exit_code == interrupts.INTERRUPTED_EXIT_CODE:
+        _exit_interrupted()  # typer turns Ctrl-C into Exit(130), returned here in non-standalone mode
     if isinstance(exit_code, int) and exit_code != 0:
         sys.exit(exit_code)

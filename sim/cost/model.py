@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from sim.cost.limits import check_step_cost
 from sim.cost.linear import _compute_params
 from sim.cost.network import AllReduceModel
 from sim.cost.overhead import DEFAULT_ENGINE
@@ -214,7 +215,7 @@ class CostModel:
             if kv_fit is not None and kv_fit.layout == CONTIGUOUS_LAYOUT:
                 kv_fit_scale = layout_factor
         parts = step_parts(scenario, engine)
-        return cls(
+        cost = cls(
             weight_bytes=scenario.weight_bytes_per_gpu(),
             kv_bytes_per_token=scenario.kv_bytes_per_token_per_gpu(),
             num_layers=model.num_layers,
@@ -241,6 +242,8 @@ class CostModel:
             engine=parts.engine,
             linear_fit_source=parts.linear_fit_source,
         )
+        check_step_cost(cost, scenario)  # a step of inf (or 1e300) s is refused here, by its term
+        return cost
 
     # -- the KV-read term -----------------------------------------------------------------------------------
 

@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from sim import interrupts
 from sim.errors import KvsimError
 from sim.files import check_output_file, dumps_json, publish_files, write_error
 
@@ -583,6 +584,7 @@ class CapacityPlan:
             publish_files(target.parent, "capacity", [(target.name, text)])
         except OSError as exc:
             raise write_error("--output", target, exc) from None
+        interrupts.note_written(target)
         return target
 
     def rich_table(self) -> Any:

@@ -29,10 +29,12 @@ from typing import Any, Protocol
 import pandas as pd
 
 from allocators.base import BREAKDOWN_PARTS
+from sim import interrupts
 from sim.errors import ResultsError
 from sim.files import check_files_in_folder, check_output_dir, publish_files, write_error
 from sim.reports import diagnosis, figures
 from sim.results import STEPS_FILE, SUMMARY_FILE, load_run
+from sim.results_checks import check_metric_numbers
 from sim.sweeps.runner import CELLS_DIR, SWEEP_TABLE
 
 RESULT_FILES: tuple[str, ...] = ("summary.json", "requests.parquet", "steps.parquet")
@@ -171,6 +173,7 @@ def load_results(results_dir: Path) -> LoadedRun:
         raise ResultsError(
             f"{summary_path}: missing metrics {', '.join(missing_metrics)} (older or partial run?)"
         )
+    check_metric_numbers(metrics, summary_path, REQUIRED_METRICS)
     if not isinstance(summary["scenario"], dict):
         raise ResultsError(f"{summary_path}: field scenario must be an object")
     if run.steps.empty:
@@ -649,6 +652,7 @@ def report(
         _publish(output_dir, pngs, markdown, page)
     except OSError as exc:  # checked above, so only a late failure: a full disk, a folder removed
         raise write_error("report folder", output_dir, exc) from None
+    interrupts.note_written(output_dir)
     return output_dir / "report.html"
 
 

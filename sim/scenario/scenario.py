@@ -122,7 +122,7 @@ def parse_allocator(text: str) -> dict[str, Any]:
 class AllocatorSpec(BaseModel):
     """Which allocator and its own parameters (placement, reservation, page_bytes, ...)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     name: str = "paged"
     params: dict[str, Any] = Field(default_factory=dict)
@@ -173,7 +173,7 @@ class AllocatorSpec(BaseModel):
 class WorkloadSpec(BaseModel):
     """Arguments for `workloads.load`: a preset name or a trace path plus the vLLM-bench knobs."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     source: str = "sharegpt"
     request_rate: float | None = Field(default=2.0, gt=0)  # None: keep the trace's own timestamps
@@ -185,12 +185,37 @@ class WorkloadSpec(BaseModel):
     clip: bool | None = None  # clip lengths to max_model_len (counted); None: presets clip, traces do not
     params: dict[str, Any] = Field(default_factory=dict)
 
+    @field_validator("request_rate", "time_scale", mode="before")
+    @classmethod
+    def _infinite_text(cls, value: Any) -> Any:
+        return _non_finite_float_text(value)
+
     @field_validator("source")
     @classmethod
     def _non_empty(cls, source: str) -> str:
         if not source.strip():
             raise ValueError("must be a workload preset name or a trace file path (got '')")
         return source
+
+
+NON_FINITE_FLOAT_TEXT: dict[str, float] = {
+    "inf": math.inf,
+    "+inf": math.inf,
+    "-inf": -math.inf,
+    "nan": math.nan,
+}
+
+
+def _non_finite_float_text(value: Any) -> Any:
+    """The strings "inf", "-inf" and "nan" as floats; any other value unchanged.
+
+    Why: the models are strict (a string is not a number: `block_size = "16"` is refused), but strict
+    JSON has no inf/nan, so `to_dict()` writes them as these strings (`_json_safe`), and a summary.json
+    or a `--set workload.request_rate=inf` must read back.
+    """
+    if isinstance(value, str) and value.strip().lower() in NON_FINITE_FLOAT_TEXT:
+        return NON_FINITE_FLOAT_TEXT[value.strip().lower()]
+    return value
 
 
 def _parse_bytes_or_none(value: Any, field: str) -> Any:
@@ -204,7 +229,7 @@ def _parse_bytes_or_none(value: Any, field: str) -> Any:
 class Scenario(BaseModel):
     """One simulation: model, GPU, engine knobs (vLLM names), allocator, workload, seed, cost knobs."""
 
-    model_config = ConfigDict(extra="forbid", validate_default=True)
+    model_config = ConfigDict(extra="forbid", validate_default=True, strict=True)
 
     name: str = "run"
     model: str | ModelSpec = "OPT-13B"
@@ -300,6 +325,13 @@ class Scenario(BaseModel):
         if isinstance(value, str):
             return parse_duration_s(value, field=info.field_name)
         return value
+
+    @field_validator(
+        "gpu_memory_utilization", "hbm_efficiency", "flops_efficiency", "kv_layout_factor", mode="before"
+    )
+    @classmethod
+    def _infinite_text(cls, value: Any) -> Any:
+        return _non_finite_float_text(value)
 
     @field_validator("allocator", mode="before")
     @classmethod

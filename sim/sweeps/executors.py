@@ -3,9 +3,10 @@
 Why an abstraction: a sweep (and the capacity planner's independent bisections) is a bag of independent,
 seconds-long tasks. The caller only needs "run fn over these items, hand me outcomes as they finish,
 tell me how many are running", whether the workers are 2 local processes or 200 cluster cores. Both
-backends retry a task whose worker *process dies* (OOM kill, segfault): the local pool is rebuilt and
-the cells that were in flight are resubmitted; Dask's scheduler reschedules them itself (up to its
-`allowed-failures`). An ordinary exception is not retried: `fn` is expected to return its own failure.
+backends retry a task whose worker *process dies* (OOM kill, segfault): locally, the dead worker is
+replaced and only the task it ran is charged an attempt and resubmitted; Dask's scheduler reschedules
+it itself (up to its `allowed-failures`), and recomputes a finished result lost with its worker. An
+ordinary exception is not retried: `fn` is expected to return its own failure.
 """
 
 from __future__ import annotations
@@ -15,12 +16,12 @@ import multiprocessing
 import os
 from collections import Counter, deque
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
-from concurrent.futures.process import BrokenProcessPool
+from concurrent.futures import CancelledError
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from sim.errors import KvsimError
+from sim.sweeps.worker_pool import WorkerPool, first_line
 
 DEFAULT_MAX_ATTEMPTS = 3  # a task whose worker dies is tried at most this many times
 
@@ -59,8 +60,7 @@ class CellExecutor(Protocol):
 
 
 def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return f"{type(exc).__name__}: {text.splitlines()[0]}" if text else type(exc).__name__
+    return first_line(exc)
 
 
 def _died(key: str, attempts: int) -> Outcome:
@@ -68,11 +68,12 @@ def _died(key: str, attempts: int) -> Outcome:
 
 
 class LocalProcessExecutor:
-    """A ProcessPoolExecutor with at most `jobs` tasks in flight, rebuilt when a worker dies.
+    """Local worker processes with at most `jobs` tasks in flight; a dead worker is replaced.
 
     Workers are started with "spawn": the parent may hold threads (the progress bar, Dask) and a
-    forked child could inherit a held lock. Keeping in flight no more than `jobs` tasks means the
-    cells hit by a dead worker are exactly the ones that were running, and `running` is exact.
+    forked child could inherit a held lock. Each worker runs one task at a time over its own pipe
+    (`sim.sweeps.worker_pool`), so when a worker dies only the task it was running is charged an attempt and
+    retried; the tasks of the other workers run on undisturbed.
     """
 
     def __init__(
@@ -87,19 +88,11 @@ class LocalProcessExecutor:
         _check_count("--jobs", jobs)
         self.slots = jobs
         self.max_attempts = max_attempts
-        self._context = multiprocessing.get_context(start_method)
-        self._pool: ProcessPoolExecutor | None = None
-        self._in_flight: dict[Future, str] = {}
+        self._pool = WorkerPool(jobs, multiprocessing.get_context(start_method))
 
     @property
     def running(self) -> int:
-        return len(self._in_flight)
-
-    def _new_pool(self) -> ProcessPoolExecutor:
-        if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
-        self._pool = ProcessPoolExecutor(max_workers=self.slots, mp_context=self._context)
-        return self._pool
+        return self._pool.busy
 
     def map_unordered(
         self,
@@ -111,48 +104,35 @@ class LocalProcessExecutor:
         args = dict(items)
         pending: deque[str] = deque(key for key, _ in items)
         attempts: Counter[str] = Counter()
-        pool = self._pool or self._new_pool()
-        while pending or self._in_flight:
-            while pending and len(self._in_flight) < self.slots:
-                key = pending.popleft()
-                attempts[key] += 1
-                self._in_flight[pool.submit(fn, args[key])] = key
-                if on_start is not None:
+        try:
+            while pending or self._pool.busy:
+                started = False
+                while pending and self._pool.busy < self.slots:
+                    key = pending.popleft()
+                    attempts[key] += 1
+                    try:
+                        self._pool.submit(key, fn, args[key])
+                    except Exception as exc:
+                        yield Outcome(key, False, None, _first_line(exc), attempts[key])
+                        continue
+                    started = True
+                if started and on_start is not None:
                     on_start()
-            done, _ = wait(list(self._in_flight), return_when=FIRST_COMPLETED)
-            broken = False
-            for future in done:
-                key = self._in_flight.pop(future)
-                try:
-                    value = future.result()
-                except BrokenProcessPool:
-                    broken = True
-                    if attempts[key] < self.max_attempts:
-                        pending.appendleft(key)
-                    else:
-                        yield _died(key, attempts[key])
-                    continue
-                except Exception as exc:  # e.g. an argument that does not pickle
-                    yield Outcome(key, False, None, _first_line(exc), attempts[key])
-                    continue
-                yield Outcome(key, True, value, "", attempts[key])
-            if broken:
-                # A dead worker breaks the whole pool: every task still in flight fails with it.
-                # They all count the attempt (the culprit is among them) and go back to the queue.
-                for future, key in list(self._in_flight.items()):
-                    if future.done() and not future.cancelled() and future.exception() is None:
-                        yield Outcome(key, True, future.result(), "", attempts[key])
+                for event in self._pool.wait_any():
+                    key = event.key
+                    if not event.died:
+                        yield Outcome(key, event.ok, event.value, event.error, attempts[key])
                     elif attempts[key] < self.max_attempts:
-                        pending.appendleft(key)
+                        pending.appendleft(key)  # only the task of the dead worker is tried again
                     else:
                         yield _died(key, attempts[key])
-                self._in_flight.clear()
-                pool = self._new_pool()
+        finally:
+            # The caller stopped early (an exception, Ctrl-C, a break): results nobody will read must
+            # not reach the next map_unordered, so the workers still running tasks are stopped.
+            self._pool.abandon_running()
 
     def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=True, cancel_futures=True)
-            self._pool = None
+        self._pool.close()
 
 
 class DaskExecutor:
@@ -223,11 +203,15 @@ class DaskExecutor:
             for future in as_completed(list(futures)):
                 key = futures[future]
                 self._in_flight -= 1
-                if future.status == "finished":
-                    yield Outcome(key, True, future.result(), "", 1)
-                else:
-                    exc = future.exception()
+                # Not `future.status`: a task that finished on a worker that died before its result was
+                # read is "lost" and recomputed; its status is then "lost" or "pending", not "error".
+                # result() waits for the recompute (or raises the task's error, KilledWorker included).
+                try:
+                    value = future.result()
+                except (Exception, CancelledError) as exc:
                     yield Outcome(key, False, None, _first_line(exc), 1)
+                else:
+                    yield Outcome(key, True, value, "", 1)
                 future.release()
         finally:
             for future in futures:

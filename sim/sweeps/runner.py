@@ -25,6 +25,7 @@ from typing import Any
 
 import pandas as pd
 
+from sim import interrupts
 from sim.files import (
     check_output_folder,
     dumps_json,
@@ -330,6 +331,7 @@ def run_sweep(
                 (cells_dir / PARTIAL_DIR).rmdir()
             table = gather(spec, cells_dir, report.failed)
             write_table_atomic(table, sweep_dir)
+            interrupts.note_written(sweep_dir)
     finally:
         if own_executor and executor is not None:
             executor.close()
@@ -362,6 +364,15 @@ def _run_cells(
         def show_running() -> None:
             bar.update(running=executor.running, failed=len(report.failed))
 
+        def note_saved() -> None:  # for the line Ctrl-C prints (sim.interrupts)
+            interrupts.note_partial(
+                cells_dir.parent,
+                f"{report.skipped + report.ran} of {report.total} cells saved "
+                f"(rerun the same command to resume), {SWEEP_TABLE} not written",
+            )
+
+        note_saved()
+
         for outcome in executor.map_unordered(execute_cell, tasks, on_start=show_running):
             result: CellResult | None = outcome.value
             if outcome.ok and result is not None and result.ok:
@@ -371,6 +382,7 @@ def _run_cells(
             else:
                 report.failed[outcome.key] = result.error if result is not None else outcome.error
             bar.update(advance=1, running=executor.running, failed=len(report.failed))
+            note_saved()
     finally:
         bar.close(report.failed, spec)
 

@@ -38,6 +38,105 @@ def test_local_pool_retries_a_task_whose_worker_died(tmp_path: Path) -> None:
         executor.close()
 
 
+def test_local_pool_charges_only_the_task_of_the_worker_that_died(tmp_path: Path) -> None:
+    """A healthy cell running beside a crashing one is not charged for the crashes (issue 11, part 4)."""
+    executor = LocalProcessExecutor(2)
+    try:
+        items = [("healthy", ("wait", str(tmp_path))), ("crash", ("crash", str(tmp_path)))]
+        outcomes = {o.key: o for o in executor.map_unordered(helpers.crash_or_wait, items)}
+    finally:
+        executor.close()
+    assert sorted(p.name for p in tmp_path.glob("died-*")) == ["died-1", "died-2", "died-3"]
+    healthy, crash = outcomes["healthy"], outcomes["crash"]
+    assert healthy.ok and healthy.value == "ok" and healthy.attempts == 1
+    assert not crash.ok and crash.attempts == 3 and crash.error == "worker process died (3 attempts)"
+
+
+class CrashOneTask:
+    """A LocalProcessExecutor on which the task of `crash_key` kills its worker every time it runs."""
+
+    def __init__(self, crash_key: str, marker_dir: Path, jobs: int | None) -> None:
+        self.inner = LocalProcessExecutor(jobs)
+        self.slots = self.inner.slots
+        self.crash_key = crash_key
+        self.marker_dir = str(marker_dir)
+
+    @property
+    def running(self) -> int:
+        return self.inner.running
+
+    def map_unordered(self, fn, items, on_start=None):  # type: ignore[no-untyped-def]
+        wrapped = [(key, (key == self.crash_key, fn, arg, self.marker_dir)) for key, arg in items]
+        return self.inner.map_unordered(helpers.crash_or_call, wrapped, on_start)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def test_capacity_charges_only_the_row_whose_worker_died(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`kvsim capacity` runs on the same executors: a healthy row beside a crashing one is planned."""
+    import sim.sweeps.executors
+    from sim.planning.capacity import Slo, capacity
+    from sim.scenario.scenario import Scenario
+
+    monkeypatch.setattr(
+        sim.sweeps.executors,
+        "make_executor",
+        lambda *, jobs, scheduler, dask_local: CrashOneTask("paged|2048|1", tmp_path, jobs),
+    )
+    scenario = Scenario.from_dict(
+        {
+            "kv_cache_memory": 800 * 1024 * 4096,
+            "max_model_len": 2048,
+            "max_num_seqs": 1,
+            "constant_step_s": 0.01,
+            "num_prompts": 50,
+            "workload": {
+                "source": "sharegpt",
+                "arrival": "constant",
+                "max_tokens_policy": "exact",
+                "params": {"prompt_len": "fixed(32)", "output_len": "fixed(10)"},
+            },
+        }
+    )
+    plan = capacity(
+        scenario, slo=Slo(ttft_p99_s=0.015), allocators=["contiguous", "paged"], max_model_lens=[2048], jobs=2
+    )
+    assert sorted(p.name for p in tmp_path.glob("died-*")) == ["died-1", "died-2", "died-3"]
+    assert len(list(tmp_path.glob("started-*"))) == 1  # the healthy row ran once, never restarted
+    assert plan.failures == {"paged|2048|1": "worker process died (3 attempts)"}
+    assert [(r["allocator"], r["max_model_len"]) for r in plan.rows] == [("contiguous", 2048)]
+    assert plan.rows[0]["max_rate_req_s"] > 0
+
+
+def test_local_pool_left_early_hands_no_stale_result_to_the_next_map() -> None:
+    executor = LocalProcessExecutor(2)
+    try:
+        outcomes = executor.map_unordered(
+            helpers.sleep_then_echo, [("fast", ("fast", 0.0)), ("slow", ("slow", 30.0))]
+        )
+        assert next(outcomes).key == "fast"
+        outcomes.close()  # the caller stops reading while "slow" still runs
+        assert executor.running == 0
+        again = list(executor.map_unordered(helpers.sleep_then_echo, [("next", ("next", 0.0))]))
+        assert [(o.key, o.value, o.attempts) for o in again] == [("next", "next", 1)]
+    finally:
+        executor.close()
+
+
+def test_local_pool_reports_an_argument_that_does_not_pickle() -> None:
+    executor = LocalProcessExecutor(1)
+    try:
+        items = [("bad", lambda: None), ("good", ("good", 0.0))]
+        outcomes = {o.key: o for o in executor.map_unordered(helpers.sleep_then_echo, items)}
+    finally:
+        executor.close()
+    assert not outcomes["bad"].ok and "pickle" in outcomes["bad"].error.lower()
+    assert outcomes["good"].ok and outcomes["good"].value == "good"
+
+
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [

@@ -86,6 +86,14 @@ def detect_format(data: bytes, file: str) -> str:
             record = json.loads(first)
         except ValueError:
             raise WorkloadError("not valid JSON", file=file, row=1 + text.splitlines().index(first)) from None
+        except RecursionError:
+            raise WorkloadError(
+                "not a request record (JSON nested too deeply)",
+                file=file,
+                row=1 + text.splitlines().index(first),
+            ) from None
+        if not isinstance(record, dict):  # e.g. "{" was the start of a longer line cut at 64 KiB
+            raise WorkloadError("not a JSON object", file=file, row=1 + text.splitlines().index(first))
         if mooncake.sniff(record):
             return "mooncake"
         if generic.sniff_generic(record):

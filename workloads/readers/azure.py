@@ -6,6 +6,8 @@ request. The trace has no client limit, so max_tokens comes from the load()'s po
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 
@@ -26,20 +28,48 @@ def read(data: bytes, file: str, on_bad_row: str) -> TraceRead:
         if column not in rows.columns:
             raise WorkloadError(f"missing column (have: {', '.join(rows.header)})", file=file, field=column)
     raw_time = rows.columns["TIMESTAMP"]
-    stamps = pd.to_datetime(pd.Series(raw_time, dtype=object), errors="coerce", format="ISO8601")
-    stamp_ns = stamps.to_numpy(dtype="datetime64[ns]").astype(np.int64)
-    bad_time = stamps.isna().to_numpy()
-    valid = np.flatnonzero(~bad_time)
-    origin_ns = stamp_ns[valid[0]] if valid.size else 0
-    arrival_s = (stamp_ns - origin_ns) / 1e9
-    arrival_s[bad_time] = np.nan
-    time_check = RowCheck(
-        "TIMESTAMP",
-        bad_time,
-        lambda i: "missing value" if raw_time[i] == "" else f"not a timestamp ({raw_time[i]!r})",
-    )
+    arrival_s, time_check = seconds_from_first(raw_time)
     prompt, prompt_check = to_numbers(rows.columns["ContextTokens"], "ContextTokens")
     output, output_check = to_numbers(rows.columns["GeneratedTokens"], "GeneratedTokens")
     table = pd.DataFrame({"arrival_s": arrival_s, "prompt_tokens": prompt, "output_tokens": output})
     checks = [*rows.problems, time_check, prompt_check, output_check]
     return finish(table, checks, rows.line_numbers, file, COLUMNS, on_bad_row, {"format": "azure"})
+
+
+# An ISO 8601 time of day followed by a zone: "Z", "+01:00", "-0500" (a bare date has no zone).
+_ZONE = re.compile(r"[T ]\d{1,2}:\d{2}(?::\d{2}(?:\.\d*)?)?\s*(?:Z|[+-]\d{2}(?::?\d{2})?)$", re.IGNORECASE)
+
+
+def seconds_from_first(raw_time: np.ndarray) -> tuple[np.ndarray, RowCheck]:
+    """TIMESTAMP text to seconds since the first valid one (NaN where bad), and the check naming bad rows.
+
+    The Azure 2023 files write "2023-11-16 18:15:46.6805900" (no zone). Zoned stamps are read as UTC
+    instants (mixed offsets such as DST changes are fine); a file that mixes zoned and zone-less stamps
+    is refused at the first row that differs from the first stamp, since a zone-less time's instant is
+    unknown. Differences are taken in whole seconds plus nanoseconds, so two stamps centuries apart do
+    not overflow int64 nanoseconds (the span rule of workloads.schema then refuses them).
+    """
+    text = pd.Series(raw_time, dtype=object).astype(str)
+    zoned = text.str.contains(_ZONE).to_numpy(dtype=bool)
+    present = text.str.strip().ne("").to_numpy(dtype=bool)
+    first = np.flatnonzero(present)
+    first_zoned = bool(zoned[first[0]]) if first.size else False
+    mixed = present & (zoned != first_zoned)
+    stamps = pd.to_datetime(text.where(~mixed, ""), errors="coerce", format="ISO8601", utc=first_zoned)
+    bad_time = stamps.isna().to_numpy() | mixed
+    stamp_ns = stamps.to_numpy(dtype="datetime64[ns]").astype(np.int64)
+    whole_s, part_ns = np.divmod(stamp_ns, 1_000_000_000)
+    valid = np.flatnonzero(~bad_time)
+    origin = valid[0] if valid.size else 0
+    arrival_s = (whole_s - whole_s[origin]).astype(np.float64) + (part_ns - part_ns[origin]) / 1e9
+    arrival_s[bad_time] = np.nan
+
+    def reason(i: int) -> str:
+        if not present[i]:
+            return "missing value"
+        if mixed[i]:
+            has = "has a time zone" if zoned[i] else "has no time zone"
+            return f"{raw_time[i]!r} {has}, unlike the first timestamp ({raw_time[first[0]]!r})"
+        return f"not a timestamp ({raw_time[i]!r})"
+
+    return arrival_s, RowCheck("TIMESTAMP", bad_time, reason)

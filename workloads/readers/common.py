@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -19,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from workloads.errors import WorkloadError
-from workloads.schema import RowCheck, bad_row_mask, first_problem, row_checks
+from workloads.schema import RowCheck, bad_row_mask, beyond_span, first_problem, row_checks
 
 ON_BAD_ROW = ("error", "skip")
 NAN_WORDS = frozenset({"nan", "na", "n/a", "null", "none"})
@@ -89,6 +90,12 @@ def csv_rows(text: str, file: str) -> CsvRows:
         raise WorkloadError("empty file", file=file)
     parsed = list(csv.reader([line for _, line in numbered]))
     header = [h.strip() for h in parsed[0]]
+    duplicated = next((name for j, name in enumerate(header) if name in header[:j]), None)
+    if duplicated is not None:
+        # Which of the two columns would be the data? Refuse rather than silently take one of them.
+        raise WorkloadError(
+            "column name appears twice in the header", file=file, row=numbered[0][0], field=duplicated
+        )
     rows = parsed[1:]
     if not rows:
         raise WorkloadError("no requests (only a header line)", file=file, row=numbered[0][0])
@@ -131,6 +138,9 @@ def jsonl_records(text: str, file: str, on_bad_row: str) -> tuple[list[dict], np
         except ValueError:
             record = None
             reason = "truncated line (incomplete JSON)" if i == last_nonblank else "not valid JSON"
+        except RecursionError:  # e.g. 100,000 nested objects: Python's JSON parser recurses per level
+            record = None
+            reason = "not a request record (JSON nested too deeply)"
         else:
             reason = "not a JSON object"
         if not isinstance(record, dict):
@@ -145,27 +155,77 @@ def jsonl_records(text: str, file: str, on_bad_row: str) -> tuple[list[dict], np
     return records, np.asarray(numbers, dtype=np.int64), skipped
 
 
+def object_column(values: Sequence[Any]) -> np.ndarray:
+    """A 1-D object array of `values`, one element each, even when the elements are equal-length lists.
+
+    Why not `np.array(values, dtype=object)`: a JSON value that is a list (`"input_length": [1, 2]`)
+    in every row would become a 2-D array and fail far from the file with a shape error.
+    """
+    return np.fromiter(values, dtype=object, count=len(values))
+
+
+def _scalar_number(value: Any) -> Any:
+    """`value` as something `pd.to_numeric` takes: None for lists and objects, ints beyond float as inf."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        try:
+            return float(value)
+        except OverflowError:  # a JSON integer with hundreds of digits
+            return math.inf if value > 0 else -math.inf
+    if value is None or isinstance(value, str | float | np.integer | np.floating):
+        return value
+    return None
+
+
+# What a cell holds, as one small code per value: one pass of Python, then vectorised masks.
+_MISSING, _FLAG, _SCALAR, _OTHER = 0, 1, 2, 3
+
+
+def _kind(value: Any) -> int:
+    if value is None or (type(value) is str and value == ""):
+        return _MISSING
+    if isinstance(value, bool | np.bool_):
+        return _FLAG
+    if isinstance(value, str | int | float | np.integer | np.floating):
+        return _SCALAR
+    return _OTHER  # a list, an object, an array: never a number
+
+
 def to_numbers(raw: np.ndarray, field: str) -> tuple[np.ndarray, RowCheck]:
-    """Text or JSON values to float64 (NaN where missing); the check flags values that are not numbers."""
-    values = pd.to_numeric(pd.Series(raw, dtype=object), errors="coerce").to_numpy(
-        dtype=np.float64, na_value=np.nan, copy=True
-    )
-    present = np.fromiter((v is not None and v != "" for v in raw), dtype=bool, count=len(raw))
-    bools = np.fromiter((isinstance(v, bool) for v in raw), dtype=bool, count=len(raw))
-    values[bools] = np.nan
-    not_number = (np.isnan(values) & present) | bools
-    missing = ~present
+    """Text or JSON values to float64 (NaN where missing); the check flags values that are not numbers.
+
+    Values are kept as float64 here, whatever their size: the range rules (`workloads.schema`) run on
+    these floats, before any cast to int64, so 1e30 or 2**63 is reported as too large on its own line.
+    """
+    kinds = np.fromiter(map(_kind, raw), dtype=np.int8, count=len(raw))
+    try:
+        parsed = pd.to_numeric(pd.Series(raw, dtype=object), errors="coerce")
+    except OverflowError:  # an integer beyond float64 (hundreds of digits): convert value by value
+        parsed = pd.to_numeric(
+            pd.Series(object_column([_scalar_number(v) for v in raw]), dtype=object), errors="coerce"
+        )
+    values = parsed.to_numpy(dtype=np.float64, na_value=np.nan, copy=True)
+    missing = kinds == _MISSING
+    values[(kinds == _FLAG) | (kinds == _OTHER)] = np.nan
+    not_number = (np.isnan(values) & ~missing) | (kinds == _FLAG) | (kinds == _OTHER)
     check_bad = not_number | missing
 
     def reason(i: int) -> str:
         value = raw[i]
         if missing[i]:
             return "missing value"
-        if (isinstance(value, float) and value != value) or str(value).strip().lower() in NAN_WORDS:
+        if kinds[i] == _SCALAR and (
+            (isinstance(value, float) and value != value) or str(value).strip().lower() in NAN_WORDS
+        ):
             return f"missing value (NaN: {value!r})"
-        return f"not a number ({value!r})"
+        return f"not a number ({_short_repr(value)})"
 
     return values, RowCheck(field, check_bad, reason)
+
+
+def _short_repr(value: Any, limit: int = 40) -> str:
+    """repr(value), cut to `limit` characters: a message stays one short line whatever the value."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def finish(
@@ -202,6 +262,8 @@ def finish(
             backwards = np.zeros(kept_idx.size, dtype=bool)
             backwards[1:] = kept_arrival[1:] < running_max[:-1]
             keep[kept_idx[backwards]] = False
+            kept_idx = np.flatnonzero(keep)  # now sorted: drop what lies beyond the span of the first kept
+            keep[kept_idx[beyond_span(arrival[kept_idx])]] = False
         skipped += int(np.count_nonzero(~keep))
         if not keep.any():
             raise WorkloadError(f"every row is bad ({skipped} skipped)", file=file)

@@ -16,7 +16,15 @@ import numpy as np
 import pandas as pd
 
 from workloads.errors import WorkloadError
-from workloads.readers.common import TraceRead, csv_rows, decode, finish, jsonl_records, to_numbers
+from workloads.readers.common import (
+    TraceRead,
+    csv_rows,
+    decode,
+    finish,
+    jsonl_records,
+    object_column,
+    to_numbers,
+)
 from workloads.schema import RowCheck
 
 REQUIRED = ("prompt_tokens", "output_tokens")
@@ -49,7 +57,8 @@ def _numeric(raw: np.ndarray | pd.Series, field: str) -> tuple[np.ndarray, RowCh
     ):
         values = raw.to_numpy(dtype=np.float64, na_value=np.nan)
         return values, RowCheck(field, np.isnan(values), lambda i: "missing value")
-    return to_numbers(np.asarray(raw, dtype=object), field)
+    values = raw.to_numpy(dtype=object) if isinstance(raw, pd.Series) else raw
+    return to_numbers(object_column(list(values)), field)
 
 
 def _build(
@@ -94,9 +103,7 @@ def read_jsonl(data: bytes, file: str, on_bad_row: str) -> TraceRead:
     keys = list(records[0])
     _require(keys, REQUIRED, file)
     columns = {
-        key: np.array([r.get(key) for r in records], dtype=object)
-        for key in (*REQUIRED, *OPTIONAL)
-        if key in keys
+        key: object_column([r.get(key) for r in records]) for key in (*REQUIRED, *OPTIONAL) if key in keys
     }
     return _build(columns, line_numbers, file, on_bad_row, "jsonl", [], skipped=skipped)
 

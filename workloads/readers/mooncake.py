@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from workloads.errors import WorkloadError
-from workloads.readers.common import TraceRead, decode, finish, jsonl_records, to_numbers
+from workloads.readers.common import TraceRead, decode, finish, jsonl_records, object_column, to_numbers
 from workloads.schema import RowCheck
 
 COLUMNS = {
@@ -20,6 +20,8 @@ COLUMNS = {
     "block_hashes": "hash_ids",
 }
 BLOCK_HASH_TOKENS = 512
+# Block ids become an int64 array (workloads.sharing); an id outside it would fail there, not here.
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 
 def sniff(first_record: dict) -> bool:
@@ -33,30 +35,35 @@ def read(data: bytes, file: str, on_bad_row: str) -> TraceRead:
             raise WorkloadError(f"missing column (have: {', '.join(records[0])})", file=file, field=key)
     checks: list[RowCheck] = []
     columns: dict[str, np.ndarray] = {}
-    raw_ms = np.array([r.get("timestamp") for r in records], dtype=object)
+    raw_ms = object_column([r.get("timestamp") for r in records])
     time_ms, time_check = to_numbers(raw_ms, "timestamp")
     columns["arrival_s"] = time_ms / 1000.0
     columns["prompt_tokens"], prompt_check = to_numbers(
-        np.array([r.get("input_length") for r in records], dtype=object), "input_length"
+        object_column([r.get("input_length") for r in records]), "input_length"
     )
     columns["output_tokens"], output_check = to_numbers(
-        np.array([r.get("output_length") for r in records], dtype=object), "output_length"
+        object_column([r.get("output_length") for r in records]), "output_length"
     )
     checks += [time_check, prompt_check, output_check]
-    hashes = np.empty(len(records), dtype=object)
     # A missing `hash_ids` is a missing field, not "no blocks": an empty list would hide the row's
     # prefix identity and later break the hit-ratio arithmetic.
     missing = np.fromiter(("hash_ids" not in r for r in records), dtype=bool, count=len(records))
-    hashes[:] = [r.get("hash_ids") for r in records]
+    hashes = object_column([r.get("hash_ids") for r in records])
     not_ints = ~missing & np.fromiter(
         (not isinstance(h, list) or not all(type(x) is int for x in h) for h in hashes),
         dtype=bool,
         count=len(records),
     )
-    shown = {int(i): repr(hashes[i])[:40] for i in np.flatnonzero(not_ints)}
+    out_of_range = ~missing & ~not_ints  # lists of ints here: min and max run at C speed
+    out_of_range[out_of_range] = [
+        bool(h) and (min(h) < INT64_MIN or max(h) > INT64_MAX) for h in hashes[out_of_range]
+    ]
+    shown = {int(i): repr(hashes[i])[:40] for i in np.flatnonzero(not_ints | out_of_range)}
     checks.append(RowCheck("hash_ids", missing, lambda i: "missing value"))
     checks.append(RowCheck("hash_ids", not_ints, lambda i: f"not a list of integer block ids ({shown[i]})"))
-    for i in np.flatnonzero(missing | not_ints):  # (element-wise: a list of lists would broadcast as 2-D)
+    checks.append(RowCheck("hash_ids", out_of_range, lambda i: f"block ids must fit in 64 bits ({shown[i]})"))
+    unusable = missing | not_ints | out_of_range
+    for i in np.flatnonzero(unusable):  # (element-wise: a list of lists would broadcast as 2-D)
         hashes[i] = []
     # Every prompt token lies in exactly one block, so len(hash_ids) == ceil(input_length / 512). Too many
     # ids is a request-table rule (workloads.schema); too few is checked here, because a short list

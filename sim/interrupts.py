@@ -1,0 +1,64 @@
+"""What a command has written so far, for the one line that Ctrl-C prints.
+
+Why: a user who interrupts a sweep after an hour must learn, in one line, what is safe on disk and
+what is not: which outputs are complete, how many sweep cells were saved (a rerun resumes them), and
+that nothing is half-written (every writer goes through a temporary name and a rename). Writers note
+their finished outputs here as they go; `sim.cli.main` reads the notes when KeyboardInterrupt
+arrives. The notes live for one command: `main` calls `reset()` first.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+INTERRUPTED_EXIT_CODE = 130  # 128 + SIGINT, what shells report for a Ctrl-C'd command
+
+
+@dataclass
+class WriteNotes:
+    """Complete outputs in the order written, and outputs that are partly there (key: the folder)."""
+
+    written: list[str] = field(default_factory=list)
+    partial: dict[str, str] = field(default_factory=dict)
+
+
+_NOTES = WriteNotes()  # one command per process: the CLI resets it at the start of each command
+
+
+def reset() -> None:
+    """Forget earlier notes (a new command starts)."""
+    _NOTES.written.clear()
+    _NOTES.partial.clear()
+
+
+def note_written(path: str | os.PathLike[str]) -> None:
+    """`path` (a file or a folder) is now complete on disk.
+
+    A path under a hidden name (`.partial/`, `.name.tmp-*`) is a kvsim temporary that is renamed
+    into place later, so it is not noted: its final name is.
+    """
+    text = str(path)
+    if any(part.startswith(".") and part not in (".", "..") for part in Path(text).parts):
+        return
+    _NOTES.partial.pop(text, None)
+    if text not in _NOTES.written:
+        _NOTES.written.append(text)
+
+
+def note_partial(folder: str | os.PathLike[str], state: str) -> None:
+    """`folder` is partly written; `state` says what is there and how to finish (one short clause)."""
+    _NOTES.partial[str(folder)] = state
+
+
+def interrupted_line() -> str:
+    """The Ctrl-C line: what was written, what is partly there, and that nothing is half-written."""
+    parts: list[str] = []
+    if _NOTES.written:
+        shown = _NOTES.written if len(_NOTES.written) <= 4 else [*_NOTES.written[:3], "..."]
+        parts.append(f"written: {', '.join(shown)} ({len(_NOTES.written)} complete)")
+    parts.extend(f"{folder}: {state}" for folder, state in _NOTES.partial.items())
+    if not parts:
+        return "interrupted: nothing was written (no output is left half-written)"
+    return f"interrupted: {'; '.join(parts)}; nothing else was written (no output is left half-written)"
