@@ -172,9 +172,6 @@ class BlockPool:
         """Block holding `key`'s content, live or cached; None when absent."""
         return self._block_by_key.get(key)
 
-    def key_of(self, block: int) -> Hashable | None:
-        return self._key_of_block.get(block)
-
     def touch(self, blocks: np.ndarray) -> np.ndarray:
         """Add a reference to each block (prefix hits); return those revived from the free cache."""
         revived = blocks[self.refcount[blocks] == 0]

@@ -11,8 +11,6 @@ from functools import lru_cache
 from types import ModuleType
 from typing import Any
 
-import numpy as np
-
 from gpu.errors import NoDeviceError
 
 
@@ -39,37 +37,12 @@ def has_gpu() -> bool:
     return _cupy_or_reason()[0] is not None
 
 
-def no_gpu_reason() -> str:
-    """Why there is no usable device ("" when there is one)."""
-    return _cupy_or_reason()[1]
-
-
 def require_cupy() -> ModuleType:
     """CuPy, or a one-line NoDeviceError saying why it cannot be used."""
     cupy, reason = _cupy_or_reason()
     if cupy is None:
         raise NoDeviceError(f"no CUDA device: {reason}")
     return cupy
-
-
-def array_module(device: str = "auto") -> ModuleType:
-    """`numpy` or `cupy`: device is "cpu", "gpu" (error without one) or "auto" (GPU when present)."""
-    if device == "cpu":
-        return np
-    if device == "gpu":
-        return require_cupy()
-    if device == "auto":
-        cupy = _cupy_or_reason()[0]
-        return np if cupy is None else cupy
-    raise ValueError(f"device must be 'cpu', 'gpu' or 'auto', got {device!r}")
-
-
-def to_host(array: Any) -> np.ndarray:
-    """A NumPy copy (or view) of a NumPy or CuPy array."""
-    if isinstance(array, np.ndarray):
-        return array
-    get = getattr(array, "get", None)
-    return np.asarray(get() if get is not None else array)
 
 
 def device_properties() -> dict[str, Any]:

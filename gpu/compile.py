@@ -95,14 +95,6 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.nvrtcVersion.argtypes = [ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_int)]
 
 
-def nvrtc_version() -> tuple[int, int]:
-    """(major, minor) of the NVRTC that compile_source uses."""
-    lib = load_nvrtc()
-    major, minor = ctypes.c_int(), ctypes.c_int()
-    lib.nvrtcVersion(ctypes.byref(major), ctypes.byref(minor))
-    return major.value, minor.value
-
-
 def compile_source(
     source: str, name_expressions: list[str], arch: str = "sm_90", options: tuple[str, ...] = ("-std=c++17",)
 ) -> CompileResult:

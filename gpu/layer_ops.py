@@ -39,12 +39,6 @@ def compile_layer_ops(cupy: Any) -> Any:
     return cupy.RawModule(code=layer_ops_source(), options=("-std=c++17",), backend="nvrtc")
 
 
-def _bits(values: np.ndarray) -> np.ndarray:
-    """float -> bf16 bits (round to nearest even), on the host."""
-    u = np.asarray(values, dtype=np.float32).view(np.uint32)
-    return ((u + ((u >> 16) & 1) + np.uint32(0x7FFF)) >> 16).astype(np.uint16)
-
-
 def _f64(bits: Any) -> np.ndarray:
     return (np.asarray(bits, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32).astype(np.float64)
 

@@ -267,7 +267,7 @@ def _writable_dir(folder: Path) -> bool:
     return os.access(folder, os.W_OK | os.X_OK, effective_ids=os.access in os.supports_effective_ids)
 
 
-def plain_name(name: str, *, what: str = "--name") -> str:
+def plain_name(name: str, *, what: str = "field 'name'") -> str:
     """`name` if it can be one folder's name (no '/', not '.' or '..', not empty), else a user error.
 
     Why: `results/<name>` must stay under `results/`; `--name ../../x` used to reach any folder.

@@ -54,6 +54,10 @@ ARGUMENT_FLAGS: dict[str, str] = {
     "max_model_lens": "--max-model-lens",
     "tensor_parallel_sizes": "--tensor-parallel-size",
     "gpu_hour_cost": "--gpu-hour-cost",
+    "model": "--model",
+    "gpu": "--gpu",
+    "kv_cache_dtype": "--kv-cache-dtype",
+    "tensor_parallel_size": "--tensor-parallel-size",
 }
 
 
@@ -75,7 +79,8 @@ def in_flag_words(message: str, argv: list[str]) -> str:
         flag = FIELD_FLAGS.get(name) if kind == "field" else ARGUMENT_FLAGS.get(name)
         if flag is None or not any(part in typed for part in flag.split("/")):
             return match.group(0)
-        return f"{flag} ({kind} '{name}')"
+        # an API argument is the flag itself; a field keeps its name for users of --config files
+        return flag if kind == "argument" else f"{flag} ({kind} '{name}')"
 
     return re.sub(r"\b(field|argument) '([\w.-]+)'", flag_for, message)
 

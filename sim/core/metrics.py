@@ -242,8 +242,6 @@ class TimeIntegrals:
 
     def __init__(self) -> None:
         self.parts_token_s = [0.0] * len(INTEGRATED_PARTS)
-        self.token_states_only_token_s = 0.0
-        self.allocated_token_s = 0.0
         self.running_seq_s = 0.0
         self.busy_s = 0.0
         self.max_running = 0

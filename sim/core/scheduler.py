@@ -88,10 +88,6 @@ class StepPlan:
     decodes_paused: bool = False  # a prefill-only step (vllm-v0): running decodes sit this step out
     single_step: bool = False  # admission was held back by a rule, not by memory: no multi-step jump
 
-    @property
-    def decode_only(self) -> bool:
-        return not self.chunks and self.swap_tokens == 0
-
 
 class RequestInfo:
     """The request table as Python lists (fast scalar indexing) plus the engine's effective limits."""

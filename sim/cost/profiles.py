@@ -134,13 +134,6 @@ def gpu_from_file_name(path: str | Path) -> str | None:
     return GPU_BY_PREFIX.get(prefix)
 
 
-def model_from_file_name(path: str | Path) -> str:
-    """The model part of a Vidur file name (`a100_Llama-2-7b-hf.mlp.csv` -> `Llama-2-7b-hf`)."""
-    name = Path(path).name
-    stem = name.split("_", 1)[1] if "_" in name else name
-    return stem.removesuffix(".csv").removesuffix(".mlp")
-
-
 def read_all_reduce(path: str | Path) -> pd.DataFrame:
     """Single-node all-reduce medians: `group` (TP size), `size_elements` (fp16 elements), `time_s`.
 

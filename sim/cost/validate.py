@@ -90,7 +90,7 @@ def resolve_gpu(path: str | Path, gpu: str | None) -> GpuSpec:
     try:
         return gpu_preset(canonical_gpu_name(name))
     except ValueError as exc:
-        raise KvsimError(f"--gpu: {exc}") from None
+        raise KvsimError(f"argument 'gpu': {exc}") from None
 
 
 def validate_profile(path: str | Path, gpu: str | None = None, fit: LinearFit | None = None) -> Validation:

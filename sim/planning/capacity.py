@@ -583,7 +583,7 @@ class CapacityPlan:
         try:
             publish_files(target.parent, "capacity", [(target.name, text)])
         except OSError as exc:
-            raise write_error("--output", target, exc) from None
+            raise write_error("argument 'output'", target, exc) from None
         interrupts.note_written(target)
         return target
 
@@ -639,8 +639,8 @@ def check_plan_output(path: str | os.PathLike[str]) -> Path:
     cannot be written: a suffix other than .json/.csv, a missing or read-only folder, a folder name."""
     target = Path(path)
     if target.suffix.lower() not in (".json", ".csv"):
-        raise CapacityError(f"--output {target}: suffix must be .json or .csv")
-    return check_output_file(target, "capacity", what="--output")
+        raise CapacityError(f"argument 'output' ({target}): suffix must be .json or .csv")
+    return check_output_file(target, "capacity", what="argument 'output'")
 
 
 def _rate_flag(status: str | None) -> str:
@@ -706,11 +706,13 @@ def capacity(
     if not isinstance(scenario, Scenario):
         scenario = Scenario.from_toml(Path(scenario))
     if target_rate_req_s is not None and not (math.isfinite(target_rate_req_s) and target_rate_req_s > 0):
-        raise CapacityError(f"--target-rate must be a finite number > 0 req/s (got {target_rate_req_s!r})")
+        raise CapacityError(
+            f"argument 'target_rate_req_s': must be a finite number > 0 req/s (got {target_rate_req_s!r})"
+        )
     if rate_bracket is not None and not (0 < rate_bracket[0] < rate_bracket[1] < math.inf):
-        raise CapacityError(f"--rate-min/--rate-max must satisfy 0 < min < max (got {rate_bracket!r})")
+        raise CapacityError(f"argument 'rate_bracket': must satisfy 0 < min < max (got {rate_bracket!r})")
     if not 0 < rel_tol < 1:
-        raise CapacityError(f"--rate-tol must be in (0, 1) (got {rel_tol!r})")
+        raise CapacityError(f"argument 'rel_tol': must be in (0, 1) (got {rel_tol!r})")
     # A missing trace or a bad preset parameter fails every simulation alike: say so once, now,
     # instead of after starting workers (and an empty plan). Workload errors are one-line ValueErrors.
     scenario.load_workload()
@@ -725,7 +727,7 @@ def capacity(
     tps = sorted({int(t) for t in (tensor_parallel_sizes or ())} | {base_tp})
     for value in lens:
         if value < 1:
-            raise CapacityError(f"--max-model-lens values must be >= 1 (got {value})")
+            raise CapacityError(f"argument 'max_model_lens': values must be >= 1 (got {value})")
 
     plan_jobs: list[tuple[str, PlanJob]] = []
     for name in names:

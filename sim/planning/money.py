@@ -28,7 +28,9 @@ def check_gpu_hour_cost(value: float | None) -> float | None:
     if value is None:
         return None
     if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
-        raise KvsimError(f"--gpu-hour-cost must be a finite number > 0 USD per GPU-hour (got {value!r})")
+        raise KvsimError(
+            f"argument 'gpu_hour_cost': must be a finite number > 0 USD per GPU-hour (got {value!r})"
+        )
     return float(value)
 
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -357,8 +357,3 @@ def findings(statements: list[Statement]) -> list[Finding]:
         )
         for kind, group in grouped.items()
     ]
-
-
-def as_dicts(statements: list[Statement]) -> list[dict[str, Any]]:
-    """Statements as plain dicts (for JSON or a DataFrame in a notebook)."""
-    return [asdict(statement) for statement in statements]

@@ -19,7 +19,7 @@ def resolve_model(name_or_path: str) -> ModelSpec:
     try:
         return model_preset(name_or_path)
     except ValueError as exc:
-        raise ScenarioError(f"--model: {exc}; or give a path to a config.json") from None
+        raise ScenarioError(f"argument 'model': {exc}; or give a path to a config.json") from None
 
 
 def model_kv_lines(
@@ -28,10 +28,11 @@ def model_kv_lines(
     """Lines describing the model, ending with `KV bytes per token: N` and a note on window layers."""
     if kv_cache_dtype not in KV_CACHE_DTYPE_BYTES:
         raise ScenarioError(
-            f"--kv-cache-dtype: must be one of {', '.join(KV_CACHE_DTYPE_BYTES)} (got {kv_cache_dtype!r})"
+            f"argument 'kv_cache_dtype': must be one of {', '.join(KV_CACHE_DTYPE_BYTES)} "
+            f"(got {kv_cache_dtype!r})"
         )
     if tensor_parallel_size < 1:
-        raise ScenarioError(f"--tensor-parallel-size: must be >= 1 (got {tensor_parallel_size})")
+        raise ScenarioError(f"argument 'tensor_parallel_size': must be >= 1 (got {tensor_parallel_size})")
     model = resolve_model(name_or_path)
     fixed = KV_CACHE_DTYPE_BYTES[kv_cache_dtype]
     dtype_bytes = model.dtype_bytes if fixed is None else fixed

@@ -85,7 +85,7 @@ class LocalProcessExecutor:
     ) -> None:
         if jobs is None:
             jobs = os.cpu_count() or 1
-        _check_count("--jobs", jobs)
+        _check_count("jobs", jobs)
         self.slots = jobs
         self.max_attempts = max_attempts
         self._pool = WorkerPool(jobs, multiprocessing.get_context(start_method))
@@ -157,7 +157,7 @@ class DaskExecutor:
             raise ExecutorError("Dask is not installed: pip install 'kvsim[dask]'") from exc
         self._cluster = None
         if local_workers is not None:
-            _check_count("--dask-local", local_workers)
+            _check_count("dask_local", local_workers)
             self._cluster = LocalCluster(
                 n_workers=local_workers,
                 threads_per_worker=1,
@@ -170,7 +170,9 @@ class DaskExecutor:
             try:
                 self.client = Client(scheduler, timeout=f"{connect_timeout_s}s")
             except (OSError, TimeoutError, ValueError) as exc:
-                raise ExecutorError(f"--scheduler {scheduler}: cannot connect ({_first_line(exc)})") from exc
+                raise ExecutorError(
+                    f"argument 'scheduler' ({scheduler}): cannot connect ({_first_line(exc)})"
+                ) from exc
         self.remote = local_workers is None
         self._in_flight = 0
 
@@ -225,19 +227,21 @@ class DaskExecutor:
             self._cluster.close()
 
 
-def _check_count(flag: str, value: int | None) -> None:
+def _check_count(argument: str, value: int | None) -> None:
     if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
-        raise ExecutorError(f"{flag} must be an integer >= 1 (got {value!r})")
+        raise ExecutorError(f"argument '{argument}': must be an integer >= 1 (got {value!r})")
 
 
 def check_backend_args(*, jobs: int | None, scheduler: str | None, dask_local: int | None) -> None:
     """Refuse contradictory or out-of-range backend flags before any cell runs."""
-    _check_count("--jobs", jobs)
-    _check_count("--dask-local", dask_local)
+    _check_count("jobs", jobs)
+    _check_count("dask_local", dask_local)
     if scheduler is not None and dask_local is not None:
-        raise ExecutorError("--scheduler and --dask-local are exclusive: give one of them")
+        raise ExecutorError("argument 'scheduler' and argument 'dask_local' are exclusive: give one of them")
     if scheduler is not None and (not isinstance(scheduler, str) or "://" not in scheduler):
-        raise ExecutorError(f"--scheduler must be an address such as tcp://HOST:PORT (got {scheduler!r})")
+        raise ExecutorError(
+            f"argument 'scheduler': must be an address such as tcp://HOST:PORT (got {scheduler!r})"
+        )
 
 
 def make_executor(

@@ -210,9 +210,12 @@ def test_cli_capacity_prints_the_table_and_writes_json(
         (["--slo-ttft-p99", "2s", "--max-model-lens", "2K,abc"], "--max-model-lens: 'abc' is not an integer"),
         (["--slo-ttft-p99", "2s", "--rate-min", "1"], "--rate-min and --rate-max go together"),
         (["--slo-ttft-p99", "2s", "--rate-min", "5", "--rate-max", "1"], "0 < min < max"),
-        (["--slo-ttft-p99", "2s", "--target-rate", "0"], "--target-rate must be a finite number > 0"),
+        (
+            ["--slo-ttft-p99", "2s", "--target-rate", "0"],
+            "--target-rate: must be a finite number > 0",
+        ),
         (["--slo-ttft-p99", "2s", "--allocators", "paged,nope"], "unknown allocator 'nope'"),
-        (["--slo-ttft-p99", "2s", "--jobs", "0"], "--jobs must be an integer >= 1"),
+        (["--slo-ttft-p99", "2s", "--jobs", "0"], "--jobs: must be an integer >= 1"),
         (["--slo-ttft-p99", "2s", "--workload", "/nonexistent/trace.csv"], "/nonexistent/trace.csv: "),
     ],
 )

@@ -48,7 +48,7 @@ def test_no_rate_no_cost_and_lines() -> None:
 
 @pytest.mark.parametrize("price", [0.0, -1.0, float("nan"), float("inf")])
 def test_bad_price_is_one_line(price: float) -> None:
-    with pytest.raises(KvsimError, match="--gpu-hour-cost"):
+    with pytest.raises(KvsimError, match="argument 'gpu_hour_cost': must be a finite number > 0"):
         check_gpu_hour_cost(price)
 
 

@@ -198,7 +198,7 @@ def test_bad_spec_gives_one_line_and_exit_2_before_anything_runs(
 def test_bad_flags_give_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     spec = spec_toml(tmp_path / "ok.toml", num_prompts=10, grid='allocator = ["paged"]')
     code, _, err = run_cli(["sweep", str(spec), "--jobs", "0"], capsys)
-    assert code == 2 and err == "error: --jobs must be an integer >= 1 (got 0)\n"
+    assert code == 2 and err == "error: --jobs: must be an integer >= 1 (got 0)\n"
     code, _, err = run_cli(["sweep", str(spec), "--dask-local", "2", "--scheduler", "tcp://h:1"], capsys)
     assert code == 2 and "exclusive" in err
     code, _, err = run_cli(["sweep", str(tmp_path / "missing.toml")], capsys)
@@ -300,7 +300,7 @@ def test_unreachable_scheduler_leaves_no_sweep_folder(
         ["sweep", str(spec), "-o", str(output), "--scheduler", f"tcp://127.0.0.1:{port}", "--no-progress"],
         capsys,
     )
-    assert code == 2 and err.startswith(f"error: --scheduler tcp://127.0.0.1:{port}: cannot connect")
+    assert code == 2 and err.startswith(f"error: --scheduler (tcp://127.0.0.1:{port}): cannot connect")
     assert err.count("\n") == 1
     assert not output.exists()  # no .lock, no cells/
 

@@ -140,8 +140,11 @@ def test_local_pool_reports_an_argument_that_does_not_pickle() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"jobs": 0, "scheduler": None, "dask_local": None}, "--jobs must be an integer >= 1"),
-        ({"jobs": None, "scheduler": None, "dask_local": -1}, "--dask-local must be an integer >= 1"),
+        ({"jobs": 0, "scheduler": None, "dask_local": None}, "argument 'jobs': must be an integer >= 1"),
+        (
+            {"jobs": None, "scheduler": None, "dask_local": -1},
+            "argument 'dask_local': must be an integer >= 1",
+        ),
         ({"jobs": None, "scheduler": "tcp://x:1", "dask_local": 2}, "exclusive"),
         ({"jobs": None, "scheduler": "localhost", "dask_local": None}, "tcp://HOST:PORT"),
     ],
@@ -177,5 +180,5 @@ def test_dask_cluster_reschedules_the_task_of_a_dead_worker(tmp_path: Path) -> N
 
 def test_unreachable_scheduler_is_one_line() -> None:
     pytest.importorskip("distributed")
-    with pytest.raises(ExecutorError, match="--scheduler tcp://127.0.0.1:9: cannot connect"):
+    with pytest.raises(ExecutorError, match=r"argument 'scheduler' \(tcp://127.0.0.1:9\): cannot connect"):
         DaskExecutor(scheduler="tcp://127.0.0.1:9", connect_timeout_s=0.5)
