@@ -272,7 +272,7 @@ def parse_set_value(text: str) -> Any:
 def parse_set_pairs(pairs: list[str]) -> dict[str, Any]:
     """`--set dotted.key=value` pairs as overrides; an unknown key raises ScenarioError listing valid ones."""
     from sim.errors import ScenarioError
-    from sim.scenario.scenario import check_field
+    from sim.scenario.overrides import check_field
 
     overrides: dict[str, Any] = {}
     for pair in pairs:

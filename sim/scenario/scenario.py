@@ -12,7 +12,6 @@ new model instead of keeping the old model's numbers.
 from __future__ import annotations
 
 import math
-import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
@@ -30,6 +29,7 @@ from sim.scenario.engine_presets import (
     default_budgets,
     default_compare_placement,
 )
+from sim.scenario.overrides import check_field, deep_copy, one_line, set_dotted
 from sim.scenario.presets import (
     GPU_PRESETS,
     MODEL_PRESETS,
@@ -41,6 +41,7 @@ from sim.scenario.presets import (
     kv_layer_bytes_per_gpu,
     model_preset,
 )
+from sim.scenario.toml_io import read_toml, to_toml
 from sim.scenario.units import format_bytes, parse_bytes, parse_duration_s
 
 # ----------------------------------------------------------------------------------------------------------
@@ -605,27 +606,17 @@ class Scenario(BaseModel):
         """Build from plain data (TOML table, summary.json's "scenario"), then apply dotted overrides."""
         if not isinstance(data, dict):
             raise ScenarioError(f"a scenario must be a table of fields (got {type(data).__name__})")
-        merged = _deep_copy(data)
+        merged = deep_copy(data)
         for key, value in overrides.items():
             if value is not None:
-                _set_dotted(merged, key, value)
+                set_dotted(merged, key, value)
         return cls(**merged)
 
     @classmethod
     def from_toml(cls, path: str | Path, **overrides: Any) -> Scenario:
         """Load a TOML scenario; overrides (dotted keys, None = not given) win over the file."""
         path = Path(path)
-        try:
-            text = path.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            raise ScenarioError(f"{path}: config file not found") from None
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ScenarioError(f"{path}: cannot read config file ({exc})") from None
-        try:
-            data = tomllib.loads(text)
-        except tomllib.TOMLDecodeError as exc:
-            raise ScenarioError(f"{path}: invalid TOML: {exc}") from None
-        _resolve_relative_paths(data, path.parent)
+        data = read_toml(path)
         for key in overrides:
             check_field(key)
         try:
@@ -652,7 +643,7 @@ class Scenario(BaseModel):
                 except ValueError as exc:
                     raise ScenarioError(f"field '{head}': {exc}") from None
                 data[head] = spec.model_dump() | {"name": f"{spec.name}-custom"}
-            _set_dotted(data, key, value)
+            set_dotted(data, key, value)
         return Scenario(**data)
 
     def to_dict(self) -> dict[str, Any]:
@@ -661,7 +652,7 @@ class Scenario(BaseModel):
 
     def to_toml(self) -> str:
         """The scenario as TOML text that `from_toml` reads back to an equal scenario."""
-        return _to_toml(self.to_dict())
+        return to_toml(self.to_dict())
 
 
 def default_scenario() -> Scenario:
@@ -675,194 +666,3 @@ def default_scenario() -> Scenario:
         workload=WorkloadSpec(source="sharegpt", request_rate=2.0),
         num_prompts=DEFAULT_NUM_PROMPTS,
     )
-
-
-# ----------------------------------------------------------------------------------------------------------
-# Field names, dotted overrides and error messages
-
-_SUBMODELS: dict[str, type[BaseModel]] = {
-    "model": ModelSpec,
-    "gpu": GpuSpec,
-    "allocator": AllocatorSpec,
-    "workload": WorkloadSpec,
-}
-_FREE_FORM_PREFIXES: tuple[str, ...] = ("allocator.params.", "workload.params.")
-
-
-def scenario_fields() -> list[str]:
-    """Every valid dotted key (sweeps refuse others); free-form dicts are listed as 'allocator.params.*'."""
-    keys: list[str] = []
-    for name in Scenario.model_fields:
-        keys.append(name)
-        if name in _SUBMODELS:
-            for sub in _SUBMODELS[name].model_fields:
-                keys.append(f"{name}.{sub}")
-    keys += [prefix + "*" for prefix in _FREE_FORM_PREFIXES]
-    return keys
-
-
-def check_field(key: str) -> None:
-    """Raise ScenarioError naming the valid keys unless `key` is a scenario field (dotted for nested)."""
-    if key.startswith(_FREE_FORM_PREFIXES) and len(key.split(".")) == 3 and key.split(".")[2]:
-        return
-    if key not in scenario_fields():
-        raise ScenarioError(f"unknown scenario field {key!r} (valid: {', '.join(scenario_fields())})")
-
-
-def _deep_copy(data: Any) -> Any:
-    if isinstance(data, dict):
-        return {key: _deep_copy(value) for key, value in data.items()}
-    if isinstance(data, list):
-        return [_deep_copy(value) for value in data]
-    return data
-
-
-def _set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
-    parts = key.split(".")
-    node = data
-    for part in parts[:-1]:
-        child = node.get(part)
-        if isinstance(child, str) and part == "allocator":
-            child = parse_allocator(child)
-        elif isinstance(child, str) and part == "workload":
-            child = {"source": child}
-        elif isinstance(child, BaseModel):
-            child = child.model_dump(exclude_unset=True)
-        elif not isinstance(child, dict):
-            child = {}
-        node[part] = child
-        node = child
-    node[parts[-1]] = value
-
-
-def _resolve_relative_paths(data: dict[str, Any], base: Path) -> None:
-    """Paths in a TOML file are relative to the file when they exist there (not to the caller's cwd)."""
-
-    def resolve(value: Any) -> Any:
-        if isinstance(value, str) and value and not Path(value).is_absolute() and (base / value).exists():
-            return str((base / value).resolve())
-        return value
-
-    if "calibration" in data:
-        data["calibration"] = resolve(data["calibration"])
-    workload = data.get("workload")
-    if isinstance(workload, dict) and "source" in workload:
-        workload["source"] = resolve(workload["source"])
-    elif isinstance(workload, str):
-        data["workload"] = resolve(workload)
-
-
-def _valid_keys(loc: tuple[Any, ...]) -> list[str]:
-    model: type[BaseModel] = Scenario
-    for part in loc:
-        if isinstance(part, str) and part in _SUBMODELS and model is Scenario:
-            model = _SUBMODELS[part]
-    return list(model.model_fields)
-
-
-def _describe(error: dict[str, Any]) -> str:
-    kind, ctx, got = error["type"], error.get("ctx") or {}, error.get("input")
-    shown = f" (got {got!r})" if not isinstance(got, dict | list) else ""
-    if kind == "greater_than_equal":
-        return f"must be >= {ctx['ge']}{shown}"
-    if kind == "greater_than":
-        return f"must be > {ctx['gt']}{shown}"
-    if kind == "less_than_equal":
-        return f"must be <= {ctx['le']}{shown}"
-    if kind == "less_than":
-        return f"must be < {ctx['lt']}{shown}"
-    if kind in ("int_parsing", "int_type", "int_from_float"):
-        return f"must be an integer{shown}"
-    if kind in ("float_parsing", "float_type", "finite_number"):
-        return f"must be a number{shown}"
-    if kind in ("bool_parsing", "bool_type"):
-        return f"must be true or false{shown}"
-    if kind == "string_type":
-        return f"must be a string{shown}"
-    if kind == "literal_error":
-        return f"must be one of {ctx.get('expected')}{shown}"
-    if kind in ("dict_type", "model_type", "model_attributes_type"):
-        return f"must be a table of fields{shown}"
-    if kind == "missing":
-        return "is required"
-    if kind == "extra_forbidden":
-        return f"unknown field (valid: {', '.join(_valid_keys(tuple(error['loc'][:-1])))})"
-    if kind == "value_error":
-        return str(ctx.get("error", error["msg"]))
-    message = str(error["msg"])
-    return message[:1].lower() + message[1:] + shown
-
-
-def _location(loc: tuple[Any, ...]) -> str:
-    """Dotted field path without pydantic's union tags ('str', 'ModelSpec', 'function-after[...]')."""
-    parts = [
-        str(part)
-        for part in loc
-        if not (
-            isinstance(part, str) and (part in ("str", "int", "float") or "[" in part or part[:1].isupper())
-        )
-    ]
-    return ".".join(parts)
-
-
-def one_line(exc: ValidationError) -> str:
-    """The first problem as `field 'block_size': must be >= 1 (got 0)`, plus a count of the others."""
-    errors = exc.errors()
-    # A union (str | ModelSpec) reports one error per branch; drop the branch the input was not meant for.
-    meant = [e for e in errors if not (e["type"] == "string_type" and e["loc"][-1:] == ("str",))]
-    errors = meant or errors
-    first = errors[0]
-    where = _location(tuple(first["loc"]))
-    message = _describe(first)
-    text = message if message.startswith("field '") or not where else f"field '{where}': {message}"
-    others = len({_location(tuple(e["loc"])) for e in errors} - {where})
-    if others:
-        text += f" (and {others} more problem{'s' if others > 1 else ''})"
-    return " ".join(text.split())
-
-
-# ----------------------------------------------------------------------------------------------------------
-# TOML writing (tomllib only reads)
-
-
-def _toml_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        if math.isinf(value):
-            return "inf" if value > 0 else "-inf"
-        if math.isnan(value):
-            return "nan"
-        return repr(value)
-    if isinstance(value, str):
-        return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
-    if isinstance(value, list):
-        return "[" + ", ".join(_toml_value(item) for item in value) + "]"
-    if isinstance(value, dict):
-        return "{" + ", ".join(f"{_toml_key(k)} = {_toml_value(v)}" for k, v in value.items()) + "}"
-    raise TypeError(f"cannot write {type(value).__name__} to TOML")
-
-
-def _toml_key(key: str) -> str:
-    return key if key.replace("_", "").replace("-", "").isalnum() else _toml_value(key)
-
-
-def _to_toml(data: dict[str, Any]) -> str:
-    lines: list[str] = []
-    tables: list[tuple[str, dict[str, Any]]] = []
-    for key, value in data.items():
-        if value is None:
-            continue  # TOML has no null: absent means default
-        if isinstance(value, dict):
-            tables.append((key, value))
-        else:
-            lines.append(f"{_toml_key(key)} = {_toml_value(value)}")
-    for key, table in tables:
-        lines.append("")
-        lines.append(f"[{_toml_key(key)}]")
-        for sub_key, sub_value in table.items():
-            if sub_value is not None:
-                lines.append(f"{_toml_key(sub_key)} = {_toml_value(sub_value)}")
-    return "\n".join(lines) + "\n"

@@ -76,7 +76,7 @@ def one_line(exc: BaseException) -> str:
     from pydantic import ValidationError
 
     if isinstance(exc, ValidationError):
-        from sim.scenario.scenario import one_line as validation_line
+        from sim.scenario.overrides import one_line as validation_line
 
         return validation_line(exc)
     text = str(exc).strip() or type(exc).__name__
@@ -100,7 +100,7 @@ def flatten_keys(table: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 
 def _check_keys(keys: list[str], where: str) -> None:
     """Every key must be a scenario field (dotted for nested ones), else one line with the valid keys."""
-    from sim.scenario.scenario import check_field, scenario_fields
+    from sim.scenario.overrides import check_field, scenario_fields
 
     for key in keys:
         try:

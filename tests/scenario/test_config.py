@@ -11,8 +11,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sim.errors import ScenarioError
+from sim.scenario.overrides import check_field, scenario_fields
 from sim.scenario.presets import GPU_PRESETS, MODEL_PRESETS, gpu_preset, model_preset
-from sim.scenario.scenario import Scenario, check_field, default_scenario, parse_allocator, scenario_fields
+from sim.scenario.scenario import Scenario, default_scenario, parse_allocator
 from sim.scenario.units import UnitError, format_bytes, format_duration_s, parse_bytes, parse_duration_s
 
 GiB = 1024**3
