@@ -16,6 +16,10 @@ class ScenarioError(KvsimError):
     """An invalid or impossible scenario: names the field and the allowed range."""
 
 
+class CapacityError(KvsimError):
+    """Bad capacity-planner input: names the argument and the allowed range."""
+
+
 class ResultsError(KvsimError):
     """A results folder that is missing files or comes from an older/partial run."""
 

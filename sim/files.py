@@ -181,7 +181,18 @@ def folder_kind(folder: str | os.PathLike[str]) -> str | None:
     return None if marker is None else str(marker["kind"])
 
 
+def _refuse_foreign_marker(folder: Path, *, what: str) -> None:
+    """A file with the marker's name that is not kvsim's marker is the user's: never overwritten."""
+    path = folder / MARKER_FILE
+    if os.path.lexists(path) and read_marker(folder) is None:
+        raise OutputPathError(
+            f"{what}: {path} exists and is not kvsim's marker (kvsim did not write it); move it or "
+            "choose another folder"
+        )
+
+
 def _write_marker(folder: Path, kind: str, files: Mapping[str, Any]) -> None:
+    _refuse_foreign_marker(folder, what="output folder")
     marker = {
         "kvsim": "output folder",
         "schema": MARKER_SCHEMA,
@@ -217,6 +228,9 @@ def _foreign(folder: Path, owned: Mapping[str, Any], prefix: str) -> list[Path]:
     for entry in sorted(folder.iterdir()):
         rel = f"{prefix}{entry.name}"
         if entry.name == MARKER_FILE and not prefix:
+            if read_marker(folder) is not None:
+                continue
+            out.append(entry)  # a file of the user's that only has the marker's name: never overwritten
             continue
         if entry.name in TRANSIENT_NAMES or entry.name.startswith(STAGING_PREFIX):
             continue
@@ -380,6 +394,7 @@ def check_output_file(path: str | os.PathLike[str], kind: str, *, what: str = "o
         raise OutputPathError(f"{what} {target}: no permission to write in {parent}")
     if target.name == MARKER_FILE:
         raise OutputPathError(f"{what} {target}: {MARKER_FILE} is kvsim's marker file; choose another name")
+    _refuse_foreign_marker(parent, what=f"{what} {target}")
     if os.path.lexists(target) and not _owned_file(parent, target.name):
         raise OutputPathError(
             f"{what} {target}: exists and kvsim did not write it (or it was changed since); "

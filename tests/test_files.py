@@ -220,7 +220,8 @@ COMMANDS = ("run", "compare", "report", "sweep", "capacity", "describe", "calibr
 
 @pytest.fixture(scope="module")
 def tiny_plan():
-    from sim.planning.capacity import Slo, capacity
+    from sim.planning.capacity import capacity
+    from sim.planning.slo import Slo
 
     base = default_scenario().with_overrides(num_prompts=20)
     return capacity(
@@ -306,3 +307,21 @@ def test_no_user_file_is_ever_lost_or_changed(
     finally:
         os.chdir(cwd)
         shutil.rmtree(sandbox, ignore_errors=True)
+
+
+def test_a_user_file_named_like_the_marker_is_foreign(tmp_path: Path) -> None:
+    """Found by the property test: an empty `kvsim-output.json` of the user's must not be taken for
+    kvsim's marker (and overwritten); it is a foreign file like any other."""
+    from sim.files import MARKER_FILE, foreign_entries
+
+    (tmp_path / MARKER_FILE).write_text("")
+    assert foreign_entries(tmp_path) == [tmp_path / MARKER_FILE]
+
+
+def test_a_file_output_beside_a_user_file_named_like_the_marker_is_refused(tmp_path: Path) -> None:
+    from sim.files import MARKER_FILE, OutputPathError, check_output_file
+
+    (tmp_path / MARKER_FILE).write_text("")
+    with pytest.raises(OutputPathError, match="is not kvsim's marker"):
+        check_output_file(tmp_path / "plan.json", "capacity")
+    assert (tmp_path / MARKER_FILE).read_text() == ""

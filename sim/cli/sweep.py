@@ -17,7 +17,7 @@ from sim.cli.scenario_flags import scenario_from_flags, scenario_options
 
 def parse_count_list(text: str, flag: str) -> list[int]:
     """'2K,4096,8k' -> [2048, 4096, 8000] with the one count parser (`sim.scenario.units.parse_count`)."""
-    from sim.planning.capacity import CapacityError
+    from sim.errors import CapacityError
     from sim.scenario.units import parse_count
 
     values = [parse_count(item, field=flag) for item in text.split(",") if item.strip()]
@@ -142,7 +142,9 @@ def register(app: typer.Typer) -> None:
         """Per allocator: max sustainable rate, max concurrency, GPUs needed, max_model_len trade-off."""
         from rich.console import Console
 
-        from sim.planning.capacity import CapacityError, Slo, capacity, check_plan_output
+        from sim.errors import CapacityError
+        from sim.planning.capacity import capacity, check_plan_output
+        from sim.planning.slo import Slo
         from sim.scenario.units import parse_duration_s
 
         if (rate_min is None) != (rate_max is None):

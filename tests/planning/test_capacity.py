@@ -9,7 +9,8 @@ import pandas as pd
 import pytest
 
 from sim.cli import main
-from sim.planning.capacity import Slo, capacity
+from sim.planning.capacity import capacity
+from sim.planning.slo import Slo
 from sim.scenario.scenario import Scenario, default_scenario
 
 STEP_S = 0.01  # every step takes 10 ms
@@ -308,7 +309,7 @@ def test_caption_gives_each_rows_bracket_tolerance_and_rule(known_plan) -> None:
 
 
 def test_max_stable_rate_is_the_bisection_kvsim_capacity_runs(known_plan) -> None:
-    from sim.planning.capacity import max_stable_rate
+    from sim.planning.jobs import max_stable_rate
 
     planned = row(known_plan, "paged", 2048)
     scenario = Scenario.from_dict(KNOWN).with_overrides(allocator="paged", max_model_len=2048)

@@ -10,13 +10,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sim.planning.capacity import (
-    CapacityError,
-    Slo,
-    find_max_rate,
-    gpus_for_target,
-    queue_slope_req_s,
-)
+from sim.errors import CapacityError
+from sim.planning.capacity import gpus_for_target
+from sim.planning.search import find_max_rate
+from sim.planning.slo import Slo, queue_slope_req_s
 
 
 def threshold_evaluator(threshold: float):

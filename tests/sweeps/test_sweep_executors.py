@@ -78,7 +78,8 @@ def test_capacity_charges_only_the_row_whose_worker_died(
 ) -> None:
     """`kvsim capacity` runs on the same executors: a healthy row beside a crashing one is planned."""
     import sim.sweeps.executors
-    from sim.planning.capacity import Slo, capacity
+    from sim.planning.capacity import capacity
+    from sim.planning.slo import Slo
     from sim.scenario.scenario import Scenario
 
     monkeypatch.setattr(
