@@ -21,7 +21,7 @@ _EXPORTS: dict[str, str] = {
     "write_run": "sim.results",
     "sweep": "sim.sweeps.runner",
     "capacity": "sim.planning.capacity",
-    "report": "sim.reports.report",
+    "report": "sim.reports.publish",
 }
 
 __all__ = ["__version__", *_EXPORTS]

@@ -1,6 +1,6 @@
 """`kvsim report RESULTS_DIR...`: write report.html, report.md and figures/ for results folders.
 
-Why so thin: the work is `sim.reports.report.report`; this only parses arguments and prints where the report
+Why so thin: the work is `sim.reports.publish.report`; this only parses arguments and prints where the report
 went. Bad folders raise ResultsError, which `sim.cli.main` turns into one line and exit code 2.
 """
 
@@ -40,7 +40,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Write a self-contained HTML report, a Markdown twin and PNG figures for results folders."""
         from sim.planning.money import check_gpu_hour_cost
-        from sim.reports.report import timed_report
+        from sim.reports.publish import timed_report
 
         path, wall_s = timed_report(list(results_dirs), output, check_gpu_hour_cost(gpu_hour_cost))
         typer.echo(

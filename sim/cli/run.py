@@ -161,7 +161,7 @@ def register(app: typer.Typer) -> None:
         _print_table(
             f"kvsim compare: {scenario.name} ({scenario.engine}, seed {scenario.seed})", labels, rows
         )
-        from sim.reports.report import report
+        from sim.reports.publish import report
 
         report_path = report(written, Path(output))
         typer.echo(f"report written to {report_path}")

@@ -20,7 +20,7 @@ import pandas as pd
 from sim.core.metrics import backlog_growth_req_per_s
 
 if TYPE_CHECKING:
-    from sim.reports.report import RunLike
+    from sim.reports.types import RunLike
 
 
 @dataclass(frozen=True)

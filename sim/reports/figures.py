@@ -29,7 +29,7 @@ from allocators.base import BREAKDOWN_PARTS
 from sim.reports.diagnosis import step_hold_s
 
 if TYPE_CHECKING:
-    from sim.reports.report import RunLike
+    from sim.reports.types import RunLike
 
 # One colour per taxonomy part, everywhere (Okabe-Ito palette: distinguishable for colour-blind readers).
 PART_COLORS: dict[str, str] = {

@@ -370,12 +370,12 @@ def test_ctrl_c_before_anything_is_written_says_so(
 def test_ctrl_c_during_compare_names_the_runs_already_written(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    import sim.reports.report
+    import sim.reports.publish
 
     def interrupted(*args: object, **kwargs: object) -> None:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(sim.reports.report, "report", interrupted)
+    monkeypatch.setattr(sim.reports.publish, "report", interrupted)
     out = tmp_path / "cmp"
     code, _, err = run_cli(
         ["compare", "--allocators", "paged,contiguous", "--num-prompts", "5", "--output", str(out)], capsys

@@ -55,7 +55,7 @@ def test_bad_price_is_one_line(price: float) -> None:
 def test_report_shows_usd_per_million_output_tokens(tmp_path: Path) -> None:
     from _report_helpers import write_fake_run
 
-    from sim.reports.report import report
+    from sim.reports.publish import report
 
     run_dir = write_fake_run(tmp_path / "run")
     metrics = json.loads((run_dir / "summary.json").read_text())["metrics"]

@@ -23,7 +23,8 @@ from sim.errors import ResultsError
 from sim.files import MARKER_FILE, OutputPathError
 from sim.reports import diagnosis
 from sim.reports.figures import PART_COLORS, resample_steps
-from sim.reports.report import FIGURE_FILES, TABLE_COLUMNS, format_value, report
+from sim.reports.publish import report
+from sim.reports.render import FIGURE_FILES, TABLE_COLUMNS, format_value
 
 SHAPE_LIMITED = {"token_states": 20.0, "reservation": 10.0, "internal": 45.0, "external": 15.0}
 
@@ -244,7 +245,8 @@ def test_diagnosis_opens_with_one_headline_per_finding_naming_its_allocators(com
 
 
 def _labels_and_runs(folder: Path):
-    from sim.reports.report import expand_results_dirs, load_results, run_labels
+    from sim.reports.load import expand_results_dirs, load_results
+    from sim.reports.render import run_labels
 
     runs = [load_results(path) for path in expand_results_dirs([folder])]
     return run_labels(runs), runs
@@ -294,7 +296,7 @@ def test_unwritable_report_folder_is_one_line_exit_2_before_rendering(
     def no_rendering(*args: object, **kwargs: object) -> None:
         raise AssertionError("figures rendered before the output folder was checked")
 
-    monkeypatch.setattr("sim.reports.report.render_figures", no_rendering)
+    monkeypatch.setattr("sim.reports.publish.render_figures", no_rendering)
     with pytest.raises(SystemExit) as exit_info:
         main(["report", str(compare_dir), "-o", str(output)])
     assert exit_info.value.code == 2
@@ -339,7 +341,7 @@ def test_publish_moves_figures_then_markdown_then_html_then_drops_stale_figures(
         moves.append((Path(dst).name, stale.exists()))
         real_replace(src, dst)
 
-    monkeypatch.setattr("sim.reports.report.os.replace", recording_replace)
+    monkeypatch.setattr("sim.files.os.replace", recording_replace)
     report(runs[:2], output_dir=out)  # one rate: no figure 5 any more
     moves = [(name, stale_there) for name, stale_there in moves if name != MARKER_FILE]  # marker: around
     names = [name for name, _ in moves]
@@ -363,7 +365,7 @@ def test_crash_while_publishing_keeps_the_previous_report_readable(
             raise OSError(28, "No space left on device")
         real_replace(src, dst)
 
-    monkeypatch.setattr("sim.reports.report.os.replace", failing_replace)
+    monkeypatch.setattr("sim.files.os.replace", failing_replace)
     with pytest.raises(
         OutputPathError, match=r"report folder .*out: cannot write \(No space left on device\)"
     ):

@@ -13,7 +13,8 @@ import pytest
 
 import sim
 from sim.api import run_label
-from sim.reports.report import TABLE_COLUMNS, report
+from sim.reports.publish import report
+from sim.reports.render import TABLE_COLUMNS
 from sim.results import write_run
 from sim.scenario.scenario import default_scenario
 

@@ -15,7 +15,8 @@ from _report_helpers import CORE_FIGURES, PNG_MAGIC, assert_shown_equals, markdo
 import sim
 from sim.api import run_label
 from sim.reports import diagnosis
-from sim.reports.report import TABLE_COLUMNS, report
+from sim.reports.publish import report
+from sim.reports.render import TABLE_COLUMNS
 from sim.results import write_run
 from sim.scenario.scenario import default_scenario
 

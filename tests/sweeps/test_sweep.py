@@ -225,7 +225,7 @@ def test_report_on_a_sweep_folder_reports_its_cells_with_figure_5(
 ) -> None:
     from _report_helpers import parse_html
 
-    from sim.reports.report import FIGURE_FILES
+    from sim.reports.render import FIGURE_FILES
 
     table, out = local_2x2
     junk = out / "cells" / ".partial" / "deadbeef0000-1234"  # a killed worker's half-written cell

@@ -1,15 +1,8 @@
-"""`sim.reports.report` (public as `sim.report`): results folders -> report.html, report.md, figures/*.png.
+"""The report's content, rendered in memory: the summary table, labels, figures, HTML and Markdown.
 
-Why this shape: a report is read by people who did not run the simulation, so it must be complete or
-absent. Every folder is validated first (files, summary.json keys, table columns) and refused with
-one line naming what is missing, and so is an output folder that cannot be written; then everything
-is rendered in memory; only then are files written, each to a temporary name and moved into place with
-os.replace: figures first, then report.md, then report.html, then stale figures removed (`_publish`).
-The HTML is one self-contained file (figures as base64 data URIs, inline CSS, no scripts) so it reads
-offline.
-
-The report reads the results contract of docs/architecture.md directly (not `sim.results.load_run`)
-because it needs a stricter check than loading does: the exact metric keys its table shows.
+Why in memory: a report is complete or absent, so everything is rendered before any file is written
+(`sim.reports.publish`). The HTML is one self-contained file (figures as base64 data URIs, inline
+CSS, no scripts) so it reads offline.
 """
 
 from __future__ import annotations
@@ -18,24 +11,13 @@ import base64
 import html
 import json
 import math
-import os
-import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Protocol
-
-import pandas as pd
+from typing import Any
 
 from allocators.base import BREAKDOWN_PARTS
-from sim import interrupts
-from sim.errors import ResultsError
-from sim.files import check_files_in_folder, check_output_dir, publish_files, write_error
 from sim.reports import diagnosis, figures
-from sim.results import STEPS_FILE, SUMMARY_FILE, load_run
-from sim.results_checks import check_metric_numbers
-from sim.sweeps.runner import CELLS_DIR, SWEEP_TABLE
+from sim.reports.types import LoadedRun
 
 RESULT_FILES: tuple[str, ...] = ("summary.json", "requests.parquet", "steps.parquet")
 
@@ -123,98 +105,6 @@ UNITS_NOTE = (
     "concurrency counts running sequences; latencies are per completed request (p50/p99, in ms or s as "
     "marked), normalized latency is the mean end-to-end latency per output token."
 )
-
-
-class RunLike(Protocol):
-    """What figures and diagnosis read from a run: its two tables and its summary dict."""
-
-    @property
-    def requests(self) -> pd.DataFrame: ...
-
-    @property
-    def steps(self) -> pd.DataFrame: ...
-
-    @property
-    def summary(self) -> dict[str, Any]: ...
-
-
-@dataclass(frozen=True)
-class LoadedRun:
-    """One validated results folder: the columns the report needs and summary.json."""
-
-    path: Path
-    summary: dict[str, Any]
-    requests: pd.DataFrame
-    steps: pd.DataFrame
-
-
-# --------------------------------------------------------------------------------------------- loading
-
-
-def load_results(results_dir: Path) -> LoadedRun:
-    """Validate one results folder and load what the report needs; ResultsError names what is missing.
-
-    The folder rules (files, JSON, summary keys, table columns) are `sim.results.load_run`'s; on top
-    the report needs every metric it shows and a non-empty steps table, so an older or partial run is
-    refused here rather than rendered as half a page.
-    """
-    results_dir = Path(results_dir)
-    missing_files = [name for name in RESULT_FILES if not (results_dir / name).is_file()]
-    if results_dir.is_dir() and missing_files:
-        raise ResultsError(f"{results_dir}: missing {', '.join(missing_files)} (older or partial run?)")
-    run = load_run(results_dir)
-    summary_path = results_dir / SUMMARY_FILE
-    summary = run.summary
-    metrics = summary["metrics"]
-    if not isinstance(metrics, dict):
-        raise ResultsError(f"{summary_path}: field metrics must be an object")
-    missing_metrics = [key for key in REQUIRED_METRICS if key not in metrics]
-    if missing_metrics:
-        raise ResultsError(
-            f"{summary_path}: missing metrics {', '.join(missing_metrics)} (older or partial run?)"
-        )
-    check_metric_numbers(metrics, summary_path, REQUIRED_METRICS)
-    if not isinstance(summary["scenario"], dict):
-        raise ResultsError(f"{summary_path}: field scenario must be an object")
-    if run.steps.empty:
-        raise ResultsError(f"{results_dir / STEPS_FILE}: no rows (partial run?)")
-    return LoadedRun(path=results_dir, summary=summary, requests=run.requests, steps=run.steps)
-
-
-def expand_results_dirs(results_dirs: Sequence[Path]) -> list[Path]:
-    """The run folders behind the arguments, in name order.
-
-    A sweep folder (`kvsim sweep`: it holds sweep.parquet) stands for its finished cells,
-    `cells/<id>/` with a summary.json; hidden folders (`cells/.partial/`) and cells without a
-    summary (not committed) are skipped, as the sweep itself counts them. A folder without result files
-    that holds run folders (e.g. the output of `kvsim compare`) stands for those sub-folders. Hidden
-    folders (a crashed write's `.name.tmp-*`) are skipped; a sub-folder with only some result files is
-    kept, so that loading refuses it by name instead of the report silently leaving it out."""
-    expanded: list[Path] = []
-    for results_dir in map(Path, results_dirs):
-        if (results_dir / SWEEP_TABLE).is_file() and (results_dir / CELLS_DIR).is_dir():
-            cells = sorted(
-                child
-                for child in (results_dir / CELLS_DIR).iterdir()
-                if child.is_dir() and not child.name.startswith(".") and (child / "summary.json").is_file()
-            )
-            if not cells:
-                raise ResultsError(f"{results_dir}: a sweep folder without finished cells (rerun the sweep)")
-            expanded.extend(cells)
-            continue
-        if results_dir.is_dir() and not any((results_dir / name).exists() for name in RESULT_FILES):
-            children = sorted(
-                child
-                for child in results_dir.iterdir()
-                if child.is_dir()
-                and not child.name.startswith(".")
-                and any((child / name).exists() for name in RESULT_FILES)
-            )
-            if children:
-                expanded.extend(children)
-                continue
-        expanded.append(results_dir)
-    return expanded
 
 
 # ---------------------------------------------------------------------------------------------- labels
@@ -589,77 +479,3 @@ def render_markdown(
     for label, run in zip(labels, runs, strict=True):
         lines.append("| " + " | ".join(_md_cell(c) for c in [label, *_run_facts(run)]) + " |")
     return "\n".join(lines) + "\n"
-
-
-# ---------------------------------------------------------------------------------------------- output
-
-
-def _publish(output_dir: Path, pngs: Mapping[str, bytes], markdown: str, page: str) -> None:
-    """Write the report through `sim.files.publish_files`, so that no reader sees a mix.
-
-    Order of the moves: every new figure first, then report.md, then report.html, and only then are
-    figures of an earlier report that this one does not produce (e.g. a sweep's figure 5) removed,
-    and only those kvsim wrote. So at any instant report.md links only figures that exist (the old
-    report.md still finds its old figure 5; the new one never links it), report.html is
-    self-contained either way, and a crash part-way leaves the previous report readable, not a
-    report.md of one run beside a report.html of another.
-    """
-    files: list[tuple[str, bytes | str]] = [(f"figures/{FIGURE_FILES[k]}", png) for k, png in pngs.items()]
-    files += [("report.md", markdown), ("report.html", page)]
-    stale = [f"figures/{name}" for key, name in FIGURE_FILES.items() if key not in pngs]
-    publish_files(output_dir, "report", files, remove=stale)
-
-
-def report_files(pngs: Mapping[str, bytes]) -> list[str]:
-    """The files (relative to the report folder) a report with these figures writes."""
-    return ["report.md", "report.html", *(f"figures/{FIGURE_FILES[key]}" for key in pngs)]
-
-
-def default_output_dir(results_dirs: Sequence[Path]) -> Path:
-    """Where the report goes by default: the arguments' common parent (a single argument: itself).
-
-    Taken from the arguments, not the run folders they expand to, so that the report on a sweep lands
-    in the sweep folder (not in its cells/) and the one on a compare folder in that folder.
-    """
-    return Path(os.path.commonpath([str(Path(p).resolve()) for p in results_dirs]))
-
-
-def report(
-    results_dirs: list[Path], output_dir: Path | None = None, gpu_hour_cost: float | None = None
-) -> Path:
-    """Validate the results folders and write report.html, report.md and figures/*.png.
-
-    A folder that holds run folders (such as `kvsim compare`'s output) stands for them, a sweep
-    folder for its finished cells. Returns the path of report.html. Raises ResultsError (one line) for
-    a missing or incomplete folder, and OutputPathError for an output folder that cannot be written,
-    both before anything is rendered or written.
-    """
-    if not results_dirs:
-        raise ResultsError("no results folders given")
-    run_dirs = expand_results_dirs(results_dirs)
-    runs = [load_results(path) for path in run_dirs]
-    add_gpu_cost(runs, gpu_hour_cost)  # USD per GPU-hour -> a USD / 1M output tokens column
-    labels = run_labels(runs)
-    output_dir = Path(output_dir) if output_dir is not None else default_output_dir(results_dirs)
-    output_dir = check_output_dir(output_dir, what="report folder")
-    # a user's report.html (or figures/) beside the runs is never overwritten; checked before rendering
-    check_files_in_folder(output_dir, report_files(FIGURE_FILES), what="report folder")
-    statements = diagnosis.diagnose(dict(zip(labels, runs, strict=True)))
-    pngs = render_figures(labels, runs)
-    page = render_html(labels, runs, statements, pngs)
-    markdown = render_markdown(labels, runs, statements, {key: FIGURE_FILES[key] for key in pngs})
-    try:
-        _publish(output_dir, pngs, markdown, page)
-    except OSError as exc:  # checked above, so only a late failure: a full disk, a folder removed
-        raise write_error("report folder", output_dir, exc) from None
-    interrupts.note_written(output_dir)
-    return output_dir / "report.html"
-
-
-def timed_report(
-    results_dirs: list[Path], output_dir: Path | None = None, gpu_hour_cost: float | None = None
-) -> tuple[Path, float]:
-    """`report` plus its wall time in seconds (for the CLI's one-line summary)."""
-    start_s = time.perf_counter()
-    path = report(results_dirs, output_dir, gpu_hour_cost)
-    return path, time.perf_counter() - start_s
