@@ -109,10 +109,11 @@ class RequestLog:
         self.preemptions = zero_column * num_requests
         self.prefix_hit_tokens = zero_column * num_requests
         self.recomputed_tokens = zero_column * num_requests
-        self.samples_left = zero_column * num_requests
+        # Internal counters (not table columns): 4 bytes; an overflow would raise, never wrap.
+        self.samples_left = array("i", [0]) * num_requests
         # Exact token-weighted ITL: sum over samples of (last token time - first token time), and of gaps.
         self.itl_span_s = array("d", [0.0]) * num_requests
-        self.itl_gaps = zero_column * num_requests
+        self.itl_gaps = array("i", [0]) * num_requests
         self.rejection_reasons: dict[int, str] = {}  # request -> why it was refused (few)
         self.finish_codes = array("b", [0]) * num_requests  # index into self.reason_names
         self.reason_names: list[str] = list(REASON_NAMES)
@@ -163,7 +164,8 @@ class RequestLog:
 
         Memory: the log's columns become the table's columns without a copy, the request table's
         int64 columns are shared (pandas copy-on-write keeps the two tables independent), and only
-        the derived latencies are new arrays.
+        the derived latencies are new arrays. The log's internal counters (ITL sums, samples left,
+        finish codes) are dropped afterwards: call this once, at the end of the run.
         """
         num = self.num_requests
         arrival = np.frombuffer(self.arrival_s, dtype=np.float64)
@@ -174,20 +176,32 @@ class RequestLog:
         codes = np.frombuffer(self.finish_codes, dtype=np.int8)
         rejected = codes == _REJECTED_CODE
         per_sample = generated / np.maximum(n, 1)
+        # Derived columns are written into their own arrays (`out=`, `where=`): each element is the
+        # same division as `np.where(cond, a / b, nan)`, without the full-size temporaries.
+        nan_column = np.full(num, np.nan)
         with np.errstate(divide="ignore", invalid="ignore"):
-            e2el_s = finish - arrival
-            ttft_s = first - arrival
-            tpot_s = np.where(per_sample > 1, (finish - first) / (per_sample - 1), np.nan)
-            gaps = np.frombuffer(self.itl_gaps, dtype=np.int64).astype(np.float64)
-            itl_s = np.where(gaps > 0, np.frombuffer(self.itl_span_s, dtype=np.float64) / gaps, np.nan)
-            del gaps
-            normalized = np.where(generated > 0, e2el_s / per_sample, np.nan)
-        del per_sample
-        reasons = np.full(num, "", dtype=object)
-        for req, reason in self.rejection_reasons.items():
-            reasons[req] = reason
-        finish_names = np.array(self.reason_names, dtype=object)[codes]
-        return pd.DataFrame(
+            e2el_ms = finish - arrival
+            ttft_ms = first - arrival
+            normalized = np.divide(e2el_ms, per_sample, out=nan_column.copy(), where=generated > 0)
+            tpot_ms = nan_column.copy()
+            has_gaps = per_sample > 1
+            per_sample -= 1.0  # now (per_sample - 1): the TPOT denominator
+            np.divide(finish - first, per_sample, out=tpot_ms, where=has_gaps)
+            del per_sample, has_gaps
+            gaps = np.frombuffer(self.itl_gaps, dtype=np.int32).astype(np.float64)
+            span_s = np.frombuffer(self.itl_span_s, dtype=np.float64)
+            itl_ms = np.divide(span_s, gaps, out=nan_column, where=gaps > 0)
+            del gaps, span_s
+        # Seconds to milliseconds in place (the same multiply as `x * 1e3`, without a second array each).
+        for column in (e2el_ms, ttft_ms, tpot_ms, itl_ms):
+            column *= 1e3
+        rejection_names = ["", *dict.fromkeys(self.rejection_reasons.values())]
+        rejection_codes = np.zeros(num, np.int32)
+        if self.rejection_reasons:
+            name_code = {name: code for code, name in enumerate(rejection_names)}
+            reqs = np.fromiter(self.rejection_reasons.keys(), np.int64, len(self.rejection_reasons))
+            rejection_codes[reqs] = [name_code[r] for r in self.rejection_reasons.values()]
+        table = pd.DataFrame(
             {
                 "request_id": requests["request_id"].to_numpy(np.int64),
                 "arrival_s": arrival,
@@ -201,18 +215,39 @@ class RequestLog:
                 "preemptions": np.frombuffer(self.preemptions, dtype=np.int64),
                 "prefix_hit_tokens": np.frombuffer(self.prefix_hit_tokens, dtype=np.int64),
                 "rejected": rejected,
-                "rejection_reason": pd.array(reasons, dtype=object),
-                "ttft_ms": ttft_s * 1e3,
-                "tpot_ms": tpot_s * 1e3,
-                "itl_ms": itl_s * 1e3,
-                "e2el_ms": e2el_s * 1e3,
+                "rejection_reason": _string_column(rejection_codes, rejection_names),
+                "ttft_ms": ttft_ms,
+                "tpot_ms": tpot_ms,
+                "itl_ms": itl_ms,
+                "e2el_ms": e2el_ms,
                 "normalized_latency_s_per_token": normalized,
                 "n": n,
-                "finish_reason": pd.array(finish_names, dtype=object),
+                "finish_reason": _string_column(codes, self.reason_names),
                 "recomputed_tokens": np.frombuffer(self.recomputed_tokens, dtype=np.int64),
             },
             copy=False,
         )
+        del codes
+        # Hand the memory back (~17 bytes a request); a later write fails loudly (IndexError).
+        self.itl_span_s, self.itl_gaps, self.samples_left = array("d"), array("i"), array("i")
+        self.finish_codes = array("b")
+        return table
+
+
+def _string_column(codes: np.ndarray, names: list[str]) -> Any:
+    """The column `names[codes]` in the dtype pandas gives a column of Python strings.
+
+    Why not an object array: pandas converts one to its (pyarrow) string dtype through temporaries
+    of ~50 bytes a row; with pyarrow storage the strings are built by an Arrow `take` instead, into
+    the very same dtype and values (benchmarks/results_identity.py checks the tables stay identical).
+    """
+    dtype = pd.Series(np.array(names[:1], dtype=object)).dtype
+    if isinstance(dtype, pd.StringDtype) and dtype.storage == "pyarrow":
+        import pyarrow as pa
+
+        strings = pa.array(names, type=pa.large_string()).take(pa.array(codes))
+        return pd.array(strings, dtype=dtype)
+    return pd.array(np.array(names, dtype=object)[codes], dtype=object)
 
 
 class StepRecorder:
@@ -403,9 +438,15 @@ def summarize(
     """The summary metrics of docs/metrics.md from the two tables and the engine's exact totals."""
     duration_s = float(totals["duration_s"])
     done = ~requests["rejected"].to_numpy(bool)
-    finished = requests[done]
-    generated = int(finished["generated_tokens"].sum())
-    prompt = int(finished["prompt_tokens"].sum())
+    all_done = bool(done.all())
+
+    def finished(name: str, dtype: type = np.float64) -> np.ndarray:
+        """Column `name` over the requests that were not rejected (the column itself when none was)."""
+        column = requests[name].to_numpy(dtype)
+        return column if all_done else column[done]
+
+    generated = int(finished("generated_tokens", np.int64).sum())
+    prompt = int(finished("prompt_tokens", np.int64).sum())
     per_s = (lambda x: x / duration_s) if duration_s > 0 else (lambda x: 0.0)
     metrics: dict[str, Any] = {
         "num_requests": int(len(requests)),
@@ -428,17 +469,13 @@ def summarize(
     # does not keep (jumps price many iterations at once), and percentiles of the per-request mean gap
     # would merely repeat TPOT's under a name that means something else.
     for stem in ("ttft_ms", "tpot_ms", "e2el_ms"):
-        metrics.update(_pcts(finished[stem].to_numpy(np.float64), stem))
-    gaps = finished["generated_tokens"].to_numpy(np.float64) - finished["n"].to_numpy(np.float64)
-    itl = finished["itl_ms"].to_numpy(np.float64)
+        metrics.update(_pcts(finished(stem), stem))
+    gaps = finished("generated_tokens") - finished("n")
+    itl = finished("itl_ms")
     ok = np.isfinite(itl) & (gaps > 0)
     # vllm bench's mean ITL is over all gaps, i.e. token-weighted across requests.
     metrics["mean_itl_ms"] = float((itl[ok] * gaps[ok]).sum() / gaps[ok].sum()) if ok.any() else math.nan
-    metrics.update(
-        _pcts(
-            finished["normalized_latency_s_per_token"].to_numpy(np.float64), "normalized_latency_s_per_token"
-        )
-    )
+    metrics.update(_pcts(finished("normalized_latency_s_per_token"), "normalized_latency_s_per_token"))
     span_token_s = duration_s * capacity_tokens
     for name in INTEGRATED_PARTS:
         value = float(totals.get(f"{name}_token_s", 0.0))
