@@ -10,6 +10,7 @@ kept. Definitions of every number live in docs/metrics.md.
 from __future__ import annotations
 
 import math
+import mmap
 from array import array
 from typing import Any, NamedTuple
 
@@ -255,9 +256,12 @@ class StepRecorder:
 
     Why this rule: the table stays a uniform sample in step order (rows k*stride), costs O(max_rows)
     memory whatever the run length, and a short run keeps every step. Rows are kept in preallocated
-    NumPy columns so recording is a handful of scalar stores. The integer columns are stored
-    column-major (one contiguous row of the 2-D buffer per column), so `to_frame` hands each column
-    to pandas as a view instead of copying the table twice (issue 16: memory).
+    NumPy columns so recording is a handful of scalar stores.
+
+    Memory (issue 16): the columns are stored column-major in one anonymous memory map, so that
+    `to_frame` hands each column to pandas as a view instead of copying the table twice, and so that
+    after a halving the rows above the kept half can be handed back to the OS (`madvise
+    DONTNEED`): the resident size follows the rows kept, not the rows ever written.
     """
 
     _INT_COLUMNS = StepRow._fields
@@ -269,9 +273,13 @@ class StepRecorder:
         self.stride = 1
         self.seen = 0  # rows offered so far
         self.size = 0
-        self._time_s = np.empty(max_rows, np.float64)
-        self._duration_s = np.empty(max_rows, np.float64)
-        self._ints = np.empty((len(self._INT_COLUMNS), max_rows), np.int64)
+        num_ints = len(self._INT_COLUMNS)
+        self._buffer = mmap.mmap(-1, (2 + num_ints) * max_rows * 8)  # zero pages, resident once written
+        self._time_s = np.frombuffer(self._buffer, np.float64, count=max_rows)
+        self._duration_s = np.frombuffer(self._buffer, np.float64, count=max_rows, offset=max_rows * 8)
+        self._ints = np.frombuffer(
+            self._buffer, np.int64, count=num_ints * max_rows, offset=2 * max_rows * 8
+        ).reshape(num_ints, max_rows)
 
     def skip(self) -> None:
         """Count a row the caller did not build because it would not be kept (`seen % stride != 0`)."""
@@ -290,6 +298,7 @@ class StepRecorder:
             self._ints[:, :half] = self._ints[:, 0 : self.max_rows : 2]
             self.size = half
             self.stride *= 2
+            self._release_rows(half)
             if (self.seen - 1) % self.stride != 0:
                 return
         i = self.size
@@ -297,6 +306,17 @@ class StepRecorder:
         self._duration_s[i] = duration_s
         self._ints[:, i] = row
         self.size = i + 1
+
+    def _release_rows(self, start: int) -> None:
+        """Give the pages of rows >= `start` of every column back to the OS (they read as 0 after)."""
+        if not hasattr(mmap, "MADV_DONTNEED"):  # not on this OS: the rows stay resident, nothing else
+            return
+        page, row_bytes = mmap.PAGESIZE, self.max_rows * 8
+        for column in range(2 + len(self._INT_COLUMNS)):
+            lo = -(-(column * row_bytes + start * 8) // page) * page  # first whole page above `start`
+            hi = (column + 1) * row_bytes // page * page
+            if hi > lo:
+                self._buffer.madvise(mmap.MADV_DONTNEED, lo, hi - lo)
 
     def to_frame(self) -> pd.DataFrame:
         """The steps table; its columns are views of this recorder's buffers (record nothing after)."""
