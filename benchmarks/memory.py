@@ -12,8 +12,11 @@ served, so this script builds it directly and fills the request log through its 
 3. `RequestLog.to_frame` (the requests table) and `summarize`: bytes added and peak.
 
 Figures are tracemalloc bytes (Python objects and NumPy buffers), printed as MB and bytes per
-request. The peak RSS of the whole process is printed last; it includes tracemalloc's bookkeeping (tens of
-bytes per live Python object), so use benchmarks/engine.py for the RSS bar.
+request. Not traced: the steps table's anonymous memory map (StepRecorder, at most max_step_rows x
+18 columns x 8 bytes = 28.8 MB, resident as rows are written) and the Arrow buffers of the two
+string columns (~20 bytes a request). The peak RSS of the whole process is printed last; it
+includes tracemalloc's bookkeeping (tens of bytes per live Python object), so use
+benchmarks/engine.py for the RSS bar.
 
 Run: .venv/bin/python -P benchmarks/memory.py [--num-prompts N]
 """
