@@ -152,7 +152,10 @@ class RequestLog:
             self.itl_gaps[req] += emitted - 1
         # The most telling reason wins: a truncated sample marks the whole request.
         if self.finish_codes[req] != _KV_EXHAUSTED_CODE:
-            self.finish_codes[req] = self._code(reason)
+            try:
+                self.finish_codes[req] = self._reason_code[reason]
+            except KeyError:
+                self.finish_codes[req] = self._code(reason)
         self.samples_left[req] -= 1
         if self.samples_left[req] == 0:
             self.finish_s[req] = now_s

@@ -127,7 +127,8 @@ class RequestInfo:
             else np.zeros(num, np.int8)
         )
         self.block_hashes: list[tuple[int, ...]] | _NoHashes
-        if "block_hashes" in requests:
+        self.has_block_hashes = "block_hashes" in requests  # without: spec() makes no lookup call
+        if self.has_block_hashes:
             self.block_hashes = [
                 tuple(int(h) for h in hashes) if hashes is not None and len(hashes) else ()
                 for hashes in requests["block_hashes"].tolist()
@@ -149,7 +150,7 @@ class RequestInfo:
             output_tokens=self.output_tokens[req] - emitted,
             prefix_group=self.prefix_group[req],
             prefix_tokens=self.prefix_tokens[req],
-            block_hashes=self.block_hashes[req],
+            block_hashes=self.block_hashes[req] if self.has_block_hashes else (),
             block_hash_tokens=self.block_hash_tokens,
         )
 
