@@ -137,3 +137,17 @@ def test_step_recorder_keeps_rows_on_the_stride(max_rows: int, offered: int) -> 
     for j, name in enumerate(StepRow._fields):
         assert frame[name].tolist() == [i * 100 + j for i in kept], name
         assert frame[name].dtype == np.int64
+
+
+def test_request_log_many_distinct_rejection_reasons() -> None:
+    """More distinct reasons than a byte code holds (each names its own prompt length)."""
+    num = 300
+    log = RequestLog(num)
+    for req in range(num):
+        log.arrival_s[req] = float(req)
+        log.reject(req, float(req), f"prompt_tokens {1000 + req} leaves no room")
+    table = log.to_frame(_requests(num))
+    assert table["rejection_reason"].tolist() == [
+        f"prompt_tokens {1000 + r} leaves no room" for r in range(num)
+    ]
+    assert table["rejected"].all() and (table["finish_reason"] == FINISH_REJECTED).all()

@@ -179,10 +179,22 @@ class RequestLog:
         n = requests["n"].to_numpy(np.int64) if "n" in requests else np.ones(num, np.int64)
         codes = np.frombuffer(self.finish_codes, dtype=np.int8)
         rejected = codes == _REJECTED_CODE
-        per_sample = generated / np.maximum(n, 1)
         # Derived columns are written into their own arrays (`out=`, `where=`): each element is the
-        # same division as `np.where(cond, a / b, nan)`, without the full-size temporaries.
+        # same division as `np.where(cond, a / b, nan)`, without the full-size temporaries. Order:
+        # ITL first, so that the counters it needs are handed back before the other columns exist.
         with np.errstate(divide="ignore", invalid="ignore"):
+            # ITL is computed in the ITL-span column itself (the span is not needed afterwards).
+            gaps = np.frombuffer(self.itl_gaps, dtype=np.int32).astype(np.float64)
+            has_gaps = gaps > 0
+            itl_ms = np.frombuffer(self.itl_span_s, dtype=np.float64)
+            np.divide(itl_ms, gaps, out=itl_ms, where=has_gaps)
+            itl_ms[~has_gaps] = np.nan
+            del gaps, has_gaps
+            # Hand the counters back (~8 bytes a request); a later write fails loudly (IndexError).
+            self.itl_span_s, self.itl_gaps, self.samples_left = array("d"), array("i"), array("i")
+            # generated / max(n, 1), element for element, without the max(n, 1) array.
+            per_sample = generated.astype(np.float64)
+            np.divide(per_sample, n, out=per_sample, where=n > 1)
             e2el_ms = finish - arrival
             ttft_ms = first - arrival
             normalized = np.divide(e2el_ms, per_sample, out=np.full(num, np.nan), where=generated > 0)
@@ -191,18 +203,11 @@ class RequestLog:
             per_sample -= 1.0  # now (per_sample - 1): the TPOT denominator
             np.divide(finish - first, per_sample, out=tpot_ms, where=has_gaps)
             del per_sample, has_gaps
-            # ITL is computed in the ITL-span column itself (the span is not needed afterwards).
-            gaps = np.frombuffer(self.itl_gaps, dtype=np.int32).astype(np.float64)
-            has_gaps = gaps > 0
-            itl_ms = np.frombuffer(self.itl_span_s, dtype=np.float64)
-            np.divide(itl_ms, gaps, out=itl_ms, where=has_gaps)
-            itl_ms[~has_gaps] = np.nan
-            del gaps, has_gaps
         # Seconds to milliseconds in place (the same multiply as `x * 1e3`, without a second array each).
         for column in (e2el_ms, ttft_ms, tpot_ms, itl_ms):
             column *= 1e3
         rejection_names = ["", *dict.fromkeys(self.rejection_reasons.values())]
-        rejection_codes = np.zeros(num, np.int32)
+        rejection_codes = np.zeros(num, np.int8 if len(rejection_names) <= 127 else np.int32)
         if self.rejection_reasons:
             name_code = {name: code for code, name in enumerate(rejection_names)}
             reqs = np.fromiter(self.rejection_reasons.keys(), np.int64, len(self.rejection_reasons))
@@ -234,9 +239,6 @@ class RequestLog:
             copy=False,
         )
         del codes
-        # Hand the counters back (~9 bytes a request; the span's memory is now itl_ms). A later
-        # write fails loudly (IndexError).
-        self.itl_span_s, self.itl_gaps, self.samples_left = array("d"), array("i"), array("i")
         self.finish_codes = array("b")
         return table
 
