@@ -303,7 +303,8 @@ class StepRecorder:
             half = self.max_rows // 2 + self.max_rows % 2
             self._time_s[:half] = self._time_s[0 : self.max_rows : 2]
             self._duration_s[:half] = self._duration_s[0 : self.max_rows : 2]
-            self._ints[:, :half] = self._ints[:, 0 : self.max_rows : 2]
+            for column in self._ints:  # one column at a time: NumPy copies an overlapping source first
+                column[:half] = column[0 : self.max_rows : 2]
             self.size = half
             self.stride *= 2
             self._release_rows(half)
