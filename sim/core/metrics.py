@@ -447,7 +447,8 @@ def backlog_growth_req_per_s(requests: pd.DataFrame) -> float:
     start_s = end_s / 2.0
     if end_s <= 0.0:
         return 0.0
-    arrived, left = np.sort(arrival_s), np.sort(finish_s)
+    finish_s.sort()  # in place: the same order as np.sort, without a second copy
+    arrived, left = np.sort(arrival_s), finish_s
 
     def in_system(at_s: float) -> int:
         return int(np.searchsorted(arrived, at_s, side="right") - np.searchsorted(left, at_s, side="right"))
@@ -499,11 +500,23 @@ def summarize(
     # would merely repeat TPOT's under a name that means something else.
     for stem in ("ttft_ms", "tpot_ms", "e2el_ms"):
         metrics.update(_pcts(finished(stem), stem))
-    gaps = finished("generated_tokens") - finished("n")
+    gaps = finished("generated_tokens")
+    if not gaps.flags.writeable:  # the table's own float column (a view): work on a copy
+        gaps = gaps.copy()
+    gaps -= finished("n")
     itl = finished("itl_ms")
     ok = np.isfinite(itl) & (gaps > 0)
-    # vllm bench's mean ITL is over all gaps, i.e. token-weighted across requests.
-    metrics["mean_itl_ms"] = float((itl[ok] * gaps[ok]).sum() / gaps[ok].sum()) if ok.any() else math.nan
+    # vllm bench's mean ITL is over all gaps, i.e. token-weighted across requests. The same sums as
+    # (itl[ok] * gaps[ok]).sum() / gaps[ok].sum(), with one full-size temporary alive at a time.
+    if ok.any():
+        weights = gaps[ok]
+        del gaps
+        weighted = itl[ok]
+        weighted *= weights
+        metrics["mean_itl_ms"] = float(weighted.sum() / weights.sum())
+        del weights, weighted
+    else:
+        metrics["mean_itl_ms"] = math.nan
     metrics.update(_pcts(finished("normalized_latency_s_per_token"), "normalized_latency_s_per_token"))
     span_token_s = duration_s * capacity_tokens
     for name in INTEGRATED_PARTS:
