@@ -58,7 +58,8 @@ def bare_simpy(arrival_s: np.ndarray, finish_s: np.ndarray) -> tuple[float, floa
 
     def arrivals():  # SimPy generator
         now = 0.0
-        for a, f in zip(arrival_s.tolist(), finish_s.tolist(), strict=True):
+        # memoryviews yield Python floats one at a time, as fast as lists, without 2 x 32 B a request
+        for a, f in zip(memoryview(arrival_s), memoryview(finish_s), strict=True):
             yield env.timeout(a - now)
             now = a
             env.process(request(0.0, max(0.0, f - a)))
@@ -128,7 +129,8 @@ def main() -> None:
 
     table = run.requests
     ok = ~table["rejected"].to_numpy()
-    bare_s, bare_cpu_s = bare_simpy(table["arrival_s"].to_numpy()[ok], table["finish_s"].to_numpy()[ok])
+    arrival_s = np.ascontiguousarray(table["arrival_s"].to_numpy()[ok])
+    bare_s, bare_cpu_s = bare_simpy(arrival_s, np.ascontiguousarray(table["finish_s"].to_numpy()[ok]))
     ratio = wall_s / bare_s
     if args.json:
         figures = {"engine_wall_s": wall_s, "engine_cpu_s": cpu_s, "bare_wall_s": bare_s}
