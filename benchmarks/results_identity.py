@@ -10,7 +10,10 @@ with `==`, apart from wall times.
 The scenarios:
 - `default`: the embedded default (`kvsim compare`), every default allocator, 400 requests;
 - `stress`: chat-system-prompt with prefix caching, n=2 parallel samples, swap preemption and a
-  cache small enough to preempt often (paged, request_limit:oracle:buddy, virtual).
+  cache small enough to preempt often (paged, request_limit:oracle:buddy, virtual);
+- `bench20k`: the benchmark workload of benchmarks/engine.py (benchmarks/bench_workload.py) at 20k
+  requests: Azure conversation lengths, Poisson 4 req/s, LLaMA-2-7B on an A100-80GB, paged/16,
+  max_num_seqs 128. Skipped, with a note, when /work/shared/traces/azure_conv_2023/ is absent.
 
 Run:
     .venv/bin/python -P benchmarks/results_identity.py --save /tmp/kvsim-before    # on the old code
@@ -32,6 +35,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 import sim  # noqa: E402  (after the sys.path fix above)
+from benchmarks.bench_workload import AZURE_CONV, bench_scenario  # noqa: E402
 
 WALL_KEYS = ("wall_s",)
 
@@ -61,10 +65,16 @@ def scenarios() -> dict[str, tuple[object, list[str] | None]]:
             "workload.params": {"n": 2},
         },
     )
-    return {
+    found: dict[str, tuple[object, list[str] | None]] = {
         "default": (default, None),
         "stress": (stress, ["paged", "request_limit:oracle:buddy", "virtual"]),
     }
+    bench = bench_scenario(20_000, require_trace=True)
+    if bench is None:
+        print(f"note: skipping bench20k, the Azure conversation trace is not at {AZURE_CONV}")
+    else:
+        found["bench20k"] = (bench, ["paged"])
+    return found
 
 
 def _runs(scenario: object, allocators: list[str] | None) -> dict[str, object]:

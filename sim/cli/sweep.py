@@ -7,6 +7,7 @@ a sweep whose cells failed (after the others finished) exits 1.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -140,6 +141,7 @@ def register(app: typer.Typer) -> None:
         flags: dict[str, Any],
     ) -> None:
         """Per allocator: max sustainable rate, max concurrency, GPUs needed, max_model_len trade-off."""
+        wall_start_s = time.perf_counter()  # printed at the end: what one capacity answer costs (issue 16)
         from rich.console import Console
 
         from sim.errors import CapacityError
@@ -202,5 +204,6 @@ def register(app: typer.Typer) -> None:
             console.print(f"[red]failed[/] {key}: {error}", highlight=False)
         if output is not None:
             typer.echo(f"plan written to {plan.write(output)}")
+        typer.echo(f"wall time: {time.perf_counter() - wall_start_s:.2f} s")
         if plan.failures:
             raise SystemExit(1)

@@ -36,7 +36,8 @@ class ArrivalSource:
             self._next_unsent = min(users, self.num_requests)
             self._heap = [(0.0, req) for req in range(self._next_unsent)]
         else:
-            self._times: list[float] = requests["arrival_s"].to_numpy(np.float64).tolist()
+            # A memoryview reads Python floats as fast as a list, in 8 bytes a request instead of ~32.
+            self._times = memoryview(np.ascontiguousarray(requests["arrival_s"].to_numpy(np.float64)))
             self._ptr = 0
         self.on_push: Callable[[float], None] | None = None
 

@@ -366,6 +366,7 @@ class Engine:
         env.run(until=server)
         wall_s = time.perf_counter() - wall_start
         sched, log = self.sched, self.log
+        del sched.info  # its per-request columns are done with: free them before the tables are built
         if log.num_done != len(self.requests):
             raise AssertionError(
                 f"engine stopped with {len(self.requests) - log.num_done} requests unfinished"

@@ -1,15 +1,17 @@
 """Streaming metrics of one simulation: per-request log, bounded step table, exact time integrals.
 
 Why streaming: a 100k-request run has ~1M serving iterations; keeping one row per iteration would
-make memory grow with the trace. Per-request facts live in plain Python lists (cheap scalar writes),
-steps are kept in a fixed-size table that halves itself when full, and every time-weighted average
-is an exact running integral that does not depend on which rows were kept. Definitions of every
-number live in docs/metrics.md.
+make memory grow with the trace. Per-request facts live in typed `array.array` columns (cheap scalar
+writes, 8 bytes a request), steps are kept in a fixed-size table that halves itself when full, and
+every time-weighted average is an exact running integral that does not depend on which rows were
+kept. Definitions of every number live in docs/metrics.md.
 """
 
 from __future__ import annotations
 
 import math
+import mmap
+from array import array
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -78,6 +80,10 @@ FINISH_STOP = "stop"  # reached its true output length
 FINISH_LENGTH = "length"  # reached max_tokens (or max_model_len), vLLM's name
 FINISH_KV_EXHAUSTED = "kv_exhausted"  # alone in the cache and could not grow: truncated (livelock guard)
 FINISH_REJECTED = "rejected"
+# RequestLog's finish-reason codes: 0 = not finished yet (""), then the reasons above.
+REASON_NAMES: tuple[str, ...] = ("", FINISH_STOP, FINISH_LENGTH, FINISH_KV_EXHAUSTED, FINISH_REJECTED)
+_KV_EXHAUSTED_CODE = REASON_NAMES.index(FINISH_KV_EXHAUSTED)
+_REJECTED_CODE = REASON_NAMES.index(FINISH_REJECTED)
 
 
 class RequestLog:
@@ -85,31 +91,58 @@ class RequestLog:
 
     Samples of a parallel-sampling request (n > 1) share one row: the request finishes when its last
     sample does; `generated_tokens` sums the samples' tokens.
+
+    Why `array.array` columns: the scheduler writes one scalar at a time (an `array` store is as cheap
+    as a list store), but a column costs 8 bytes per request instead of a list's pointer plus a boxed
+    float or int (~32 bytes), and `to_frame` wraps the columns as NumPy arrays without copying them.
+    Finish reasons are one byte codes (`REASON_NAMES`); rejection reasons, rare, live in a dict.
+    Measured with benchmarks/engine.py --num-prompts 1000000 (issue 16: 1M requests in <= 400 MB).
     """
 
     def __init__(self, num_requests: int) -> None:
-        nan = math.nan
-        self.arrival_s: list[float] = [nan] * num_requests
-        self.admitted_s: list[float] = [nan] * num_requests
-        self.first_token_s: list[float] = [nan] * num_requests
-        self.finish_s: list[float] = [nan] * num_requests
-        self.generated_tokens: list[int] = [0] * num_requests
-        self.preemptions: list[int] = [0] * num_requests
-        self.prefix_hit_tokens: list[int] = [0] * num_requests
-        self.recomputed_tokens: list[int] = [0] * num_requests
-        self.rejection_reason: list[str] = [""] * num_requests
-        self.finish_reason: list[str] = [""] * num_requests
-        self.samples_left: list[int] = [0] * num_requests
+        nan_column = array("d", [math.nan])
+        zero_column = array("q", [0])
+        self.num_requests = num_requests
+        self.arrival_s = nan_column * num_requests
+        self.admitted_s = nan_column * num_requests
+        self.first_token_s = nan_column * num_requests
+        self.finish_s = nan_column * num_requests
+        self.generated_tokens = zero_column * num_requests
+        self.preemptions = zero_column * num_requests
+        self.prefix_hit_tokens = zero_column * num_requests
+        self.recomputed_tokens = zero_column * num_requests
+        # Internal counters (not table columns): 4 bytes; an overflow would raise, never wrap.
+        self.samples_left = array("i", [0]) * num_requests
         # Exact token-weighted ITL: sum over samples of (last token time - first token time), and of gaps.
-        self.itl_span_s: list[float] = [0.0] * num_requests
-        self.itl_gaps: list[int] = [0] * num_requests
+        self.itl_span_s = array("d", [0.0]) * num_requests
+        self.itl_gaps = array("i", [0]) * num_requests
+        self.rejection_reasons: dict[int, str] = {}  # request -> why it was refused (few)
+        self.finish_codes = array("b", [0]) * num_requests  # index into self.reason_names
+        self.reason_names: list[str] = list(REASON_NAMES)
+        self._reason_code = {name: code for code, name in enumerate(self.reason_names)}
         self.num_done = 0
         self.total_generated_tokens = 0
         self.total_prefill_tokens = 0
 
+    def _code(self, reason: str) -> int:
+        """The byte code of a finish reason (a reason not in REASON_NAMES gets the next free code)."""
+        code = self._reason_code.get(reason)
+        if code is None:
+            code = len(self.reason_names)
+            self.reason_names.append(reason)
+            self._reason_code[reason] = code
+        return code
+
+    def finish_reason(self, req: int) -> str:
+        """How request `req` ended so far ("" while it runs)."""
+        return self.reason_names[self.finish_codes[req]]
+
+    def rejection_reason(self, req: int) -> str:
+        return self.rejection_reasons.get(req, "")
+
     def reject(self, req: int, now_s: float, reason: str) -> None:
-        self.rejection_reason[req] = reason
-        self.finish_reason[req] = FINISH_REJECTED
+        self.rejection_reasons[req] = reason
+        self.finish_codes[req] = _REJECTED_CODE
         self.num_done += 1
 
     def finish_sample(self, req: int, now_s: float, emitted: int, reason: str) -> bool:
@@ -119,8 +152,11 @@ class RequestLog:
             self.itl_span_s[req] += now_s - self.first_token_s[req]
             self.itl_gaps[req] += emitted - 1
         # The most telling reason wins: a truncated sample marks the whole request.
-        if self.finish_reason[req] != FINISH_KV_EXHAUSTED:
-            self.finish_reason[req] = reason
+        if self.finish_codes[req] != _KV_EXHAUSTED_CODE:
+            try:
+                self.finish_codes[req] = self._reason_code[reason]
+            except KeyError:
+                self.finish_codes[req] = self._code(reason)
         self.samples_left[req] -= 1
         if self.samples_left[req] == 0:
             self.finish_s[req] = now_s
@@ -129,46 +165,99 @@ class RequestLog:
         return False
 
     def to_frame(self, requests: pd.DataFrame) -> pd.DataFrame:
-        """The requests table of docs/architecture.md (+ extensions), latencies derived here."""
-        arrival = np.asarray(self.arrival_s, dtype=np.float64)
-        first = np.asarray(self.first_token_s, dtype=np.float64)
-        finish = np.asarray(self.finish_s, dtype=np.float64)
-        generated = np.asarray(self.generated_tokens, dtype=np.int64)
-        n = requests["n"].to_numpy(np.int64) if "n" in requests else np.ones(len(requests), np.int64)
-        per_sample = generated / np.maximum(n, 1)
-        rejected = np.asarray([r == FINISH_REJECTED for r in self.finish_reason], dtype=bool)
+        """The requests table of docs/architecture.md (+ extensions), latencies derived here.
+
+        Memory: the log's columns become the table's columns without a copy, the request table's
+        int64 columns are shared (pandas copy-on-write keeps the two tables independent), and only
+        the derived latencies are new arrays. The log's internal counters (ITL sums, samples left,
+        finish codes) are dropped afterwards: call this once, at the end of the run.
+        """
+        num = self.num_requests
+        arrival = np.frombuffer(self.arrival_s, dtype=np.float64)
+        first = np.frombuffer(self.first_token_s, dtype=np.float64)
+        finish = np.frombuffer(self.finish_s, dtype=np.float64)
+        generated = np.frombuffer(self.generated_tokens, dtype=np.int64)
+        n = requests["n"].to_numpy(np.int64) if "n" in requests else np.ones(num, np.int64)
+        codes = np.frombuffer(self.finish_codes, dtype=np.int8)
+        rejected = codes == _REJECTED_CODE
+        # Derived columns are written into their own arrays (`out=`, `where=`): each element is the
+        # same division as `np.where(cond, a / b, nan)`, without the full-size temporaries. Order:
+        # ITL first, so that the counters it needs are handed back before the other columns exist.
         with np.errstate(divide="ignore", invalid="ignore"):
-            e2el_s = finish - arrival
-            ttft_s = first - arrival
-            tpot_s = np.where(per_sample > 1, (finish - first) / (per_sample - 1), np.nan)
-            gaps = np.asarray(self.itl_gaps, dtype=np.float64)
-            itl_s = np.where(gaps > 0, np.asarray(self.itl_span_s) / gaps, np.nan)
-            normalized = np.where(generated > 0, e2el_s / per_sample, np.nan)
-        return pd.DataFrame(
+            # ITL is computed in the ITL-span column itself (the span is not needed afterwards).
+            gaps = np.frombuffer(self.itl_gaps, dtype=np.int32).astype(np.float64)
+            has_gaps = gaps > 0
+            itl_ms = np.frombuffer(self.itl_span_s, dtype=np.float64)
+            np.divide(itl_ms, gaps, out=itl_ms, where=has_gaps)
+            itl_ms[~has_gaps] = np.nan
+            del gaps, has_gaps
+            # Hand the counters back (~8 bytes a request); a later write fails loudly (IndexError).
+            self.itl_span_s, self.itl_gaps, self.samples_left = array("d"), array("i"), array("i")
+            # generated / max(n, 1), element for element, without the max(n, 1) array.
+            per_sample = generated.astype(np.float64)
+            np.divide(per_sample, n, out=per_sample, where=n > 1)
+            e2el_ms = finish - arrival
+            ttft_ms = first - arrival
+            normalized = np.divide(e2el_ms, per_sample, out=np.full(num, np.nan), where=generated > 0)
+            tpot_ms = np.full(num, np.nan)
+            has_gaps = per_sample > 1
+            per_sample -= 1.0  # now (per_sample - 1): the TPOT denominator
+            np.divide(finish - first, per_sample, out=tpot_ms, where=has_gaps)
+            del per_sample, has_gaps
+        # Seconds to milliseconds in place (the same multiply as `x * 1e3`, without a second array each).
+        for column in (e2el_ms, ttft_ms, tpot_ms, itl_ms):
+            column *= 1e3
+        rejection_names = ["", *dict.fromkeys(self.rejection_reasons.values())]
+        rejection_codes = np.zeros(num, np.int8 if len(rejection_names) <= 127 else np.int32)
+        if self.rejection_reasons:
+            name_code = {name: code for code, name in enumerate(rejection_names)}
+            reqs = np.fromiter(self.rejection_reasons.keys(), np.int64, len(self.rejection_reasons))
+            rejection_codes[reqs] = [name_code[r] for r in self.rejection_reasons.values()]
+        table = pd.DataFrame(
             {
                 "request_id": requests["request_id"].to_numpy(np.int64),
                 "arrival_s": arrival,
-                "admitted_s": np.asarray(self.admitted_s, dtype=np.float64),
+                "admitted_s": np.frombuffer(self.admitted_s, dtype=np.float64),
                 "first_token_s": first,
                 "finish_s": finish,
                 "prompt_tokens": requests["prompt_tokens"].to_numpy(np.int64),
                 "output_tokens": requests["output_tokens"].to_numpy(np.int64),
                 "generated_tokens": generated,
                 "max_tokens": requests["max_tokens"].to_numpy(np.int64),
-                "preemptions": np.asarray(self.preemptions, dtype=np.int64),
-                "prefix_hit_tokens": np.asarray(self.prefix_hit_tokens, dtype=np.int64),
+                "preemptions": np.frombuffer(self.preemptions, dtype=np.int64),
+                "prefix_hit_tokens": np.frombuffer(self.prefix_hit_tokens, dtype=np.int64),
                 "rejected": rejected,
-                "rejection_reason": pd.array(self.rejection_reason, dtype=object),
-                "ttft_ms": ttft_s * 1e3,
-                "tpot_ms": tpot_s * 1e3,
-                "itl_ms": itl_s * 1e3,
-                "e2el_ms": e2el_s * 1e3,
+                "rejection_reason": _string_column(rejection_codes, rejection_names),
+                "ttft_ms": ttft_ms,
+                "tpot_ms": tpot_ms,
+                "itl_ms": itl_ms,
+                "e2el_ms": e2el_ms,
                 "normalized_latency_s_per_token": normalized,
                 "n": n,
-                "finish_reason": pd.array(self.finish_reason, dtype=object),
-                "recomputed_tokens": np.asarray(self.recomputed_tokens, dtype=np.int64),
-            }
+                "finish_reason": _string_column(codes, self.reason_names),
+                "recomputed_tokens": np.frombuffer(self.recomputed_tokens, dtype=np.int64),
+            },
+            copy=False,
         )
+        del codes
+        self.finish_codes = array("b")
+        return table
+
+
+def _string_column(codes: np.ndarray, names: list[str]) -> Any:
+    """The column `names[codes]` in the dtype pandas gives a column of Python strings.
+
+    Why not an object array: pandas converts one to its (pyarrow) string dtype through temporaries
+    of ~50 bytes a row; with pyarrow storage the strings are built by an Arrow `take` instead, into
+    the very same dtype and values (benchmarks/results_identity.py checks the tables stay identical).
+    """
+    dtype = pd.Series(np.array(names[:1], dtype=object)).dtype
+    if isinstance(dtype, pd.StringDtype) and dtype.storage == "pyarrow":
+        import pyarrow as pa
+
+        strings = pa.array(names, type=pa.large_string()).take(pa.array(codes))
+        return pd.array(strings, dtype=dtype)
+    return pd.array(np.array(names, dtype=object)[codes], dtype=object)
 
 
 class StepRecorder:
@@ -177,6 +266,11 @@ class StepRecorder:
     Why this rule: the table stays a uniform sample in step order (rows k*stride), costs O(max_rows)
     memory whatever the run length, and a short run keeps every step. Rows are kept in preallocated
     NumPy columns so recording is a handful of scalar stores.
+
+    Memory (issue 16): the columns are stored column-major in one anonymous memory map, so that
+    `to_frame` hands each column to pandas as a view instead of copying the table twice, and so that
+    after a halving the rows above the kept half can be handed back to the OS (`madvise
+    DONTNEED`): the resident size follows the rows kept, not the rows ever written.
     """
 
     _INT_COLUMNS = StepRow._fields
@@ -188,9 +282,13 @@ class StepRecorder:
         self.stride = 1
         self.seen = 0  # rows offered so far
         self.size = 0
-        self._time_s = np.empty(max_rows, np.float64)
-        self._duration_s = np.empty(max_rows, np.float64)
-        self._ints = np.empty((max_rows, len(self._INT_COLUMNS)), np.int64)
+        num_ints = len(self._INT_COLUMNS)
+        self._buffer = mmap.mmap(-1, (2 + num_ints) * max_rows * 8)  # zero pages, resident once written
+        self._time_s = np.frombuffer(self._buffer, np.float64, count=max_rows)
+        self._duration_s = np.frombuffer(self._buffer, np.float64, count=max_rows, offset=max_rows * 8)
+        self._ints = np.frombuffer(
+            self._buffer, np.int64, count=num_ints * max_rows, offset=2 * max_rows * 8
+        ).reshape(num_ints, max_rows)
 
     def skip(self) -> None:
         """Count a row the caller did not build because it would not be kept (`seen % stride != 0`)."""
@@ -206,29 +304,43 @@ class StepRecorder:
             half = self.max_rows // 2 + self.max_rows % 2
             self._time_s[:half] = self._time_s[0 : self.max_rows : 2]
             self._duration_s[:half] = self._duration_s[0 : self.max_rows : 2]
-            self._ints[:half] = self._ints[0 : self.max_rows : 2]
+            for column in self._ints:  # one column at a time: NumPy copies an overlapping source first
+                column[:half] = column[0 : self.max_rows : 2]
             self.size = half
             self.stride *= 2
+            self._release_rows(half)
             if (self.seen - 1) % self.stride != 0:
                 return
         i = self.size
         self._time_s[i] = time_s
         self._duration_s[i] = duration_s
-        self._ints[i] = row
+        self._ints[:, i] = row
         self.size = i + 1
 
+    def _release_rows(self, start: int) -> None:
+        """Give the pages of rows >= `start` of every column back to the OS (they read as 0 after)."""
+        if not hasattr(mmap, "MADV_DONTNEED"):  # not on this OS: the rows stay resident, nothing else
+            return
+        page, row_bytes = mmap.PAGESIZE, self.max_rows * 8
+        for column in range(2 + len(self._INT_COLUMNS)):
+            lo = -(-(column * row_bytes + start * 8) // page) * page  # first whole page above `start`
+            hi = (column + 1) * row_bytes // page * page
+            if hi > lo:
+                self._buffer.madvise(mmap.MADV_DONTNEED, lo, hi - lo)
+
     def to_frame(self) -> pd.DataFrame:
+        """The steps table; its columns are views of this recorder's buffers (record nothing after)."""
         n = self.size
         data: dict[str, Any] = {}
-        ints = {name: self._ints[:n, j].copy() for j, name in enumerate(self._INT_COLUMNS)}
+        ints = {name: self._ints[j, :n] for j, name in enumerate(self._INT_COLUMNS)}
         for name in STEP_COLUMNS:
             if name == "time_s":
-                data[name] = self._time_s[:n].copy()
+                data[name] = self._time_s[:n]
             elif name == "duration_s":
-                data[name] = self._duration_s[:n].copy()
+                data[name] = self._duration_s[:n]
             else:
                 data[name] = ints[name]
-        return pd.DataFrame(data)
+        return pd.DataFrame(data, copy=False)
 
 
 class TimeIntegrals:
@@ -335,7 +447,8 @@ def backlog_growth_req_per_s(requests: pd.DataFrame) -> float:
     start_s = end_s / 2.0
     if end_s <= 0.0:
         return 0.0
-    arrived, left = np.sort(arrival_s), np.sort(finish_s)
+    finish_s.sort()  # in place: the same order as np.sort, without a second copy
+    arrived, left = np.sort(arrival_s), finish_s
 
     def in_system(at_s: float) -> int:
         return int(np.searchsorted(arrived, at_s, side="right") - np.searchsorted(left, at_s, side="right"))
@@ -355,9 +468,15 @@ def summarize(
     """The summary metrics of docs/metrics.md from the two tables and the engine's exact totals."""
     duration_s = float(totals["duration_s"])
     done = ~requests["rejected"].to_numpy(bool)
-    finished = requests[done]
-    generated = int(finished["generated_tokens"].sum())
-    prompt = int(finished["prompt_tokens"].sum())
+    all_done = bool(done.all())
+
+    def finished(name: str, dtype: type = np.float64) -> np.ndarray:
+        """Column `name` over the requests that were not rejected (the column itself when none was)."""
+        column = requests[name].to_numpy(dtype)
+        return column if all_done else column[done]
+
+    generated = int(finished("generated_tokens", np.int64).sum())
+    prompt = int(finished("prompt_tokens", np.int64).sum())
     per_s = (lambda x: x / duration_s) if duration_s > 0 else (lambda x: 0.0)
     metrics: dict[str, Any] = {
         "num_requests": int(len(requests)),
@@ -380,17 +499,25 @@ def summarize(
     # does not keep (jumps price many iterations at once), and percentiles of the per-request mean gap
     # would merely repeat TPOT's under a name that means something else.
     for stem in ("ttft_ms", "tpot_ms", "e2el_ms"):
-        metrics.update(_pcts(finished[stem].to_numpy(np.float64), stem))
-    gaps = finished["generated_tokens"].to_numpy(np.float64) - finished["n"].to_numpy(np.float64)
-    itl = finished["itl_ms"].to_numpy(np.float64)
+        metrics.update(_pcts(finished(stem), stem))
+    gaps = finished("generated_tokens")
+    if not gaps.flags.writeable:  # the table's own float column (a view): work on a copy
+        gaps = gaps.copy()
+    gaps -= finished("n")
+    itl = finished("itl_ms")
     ok = np.isfinite(itl) & (gaps > 0)
-    # vllm bench's mean ITL is over all gaps, i.e. token-weighted across requests.
-    metrics["mean_itl_ms"] = float((itl[ok] * gaps[ok]).sum() / gaps[ok].sum()) if ok.any() else math.nan
-    metrics.update(
-        _pcts(
-            finished["normalized_latency_s_per_token"].to_numpy(np.float64), "normalized_latency_s_per_token"
-        )
-    )
+    # vllm bench's mean ITL is over all gaps, i.e. token-weighted across requests. The same sums as
+    # (itl[ok] * gaps[ok]).sum() / gaps[ok].sum(), with one full-size temporary alive at a time.
+    if ok.any():
+        weights = gaps[ok]
+        del gaps
+        weighted = itl[ok]
+        weighted *= weights
+        metrics["mean_itl_ms"] = float(weighted.sum() / weights.sum())
+        del weights, weighted
+    else:
+        metrics["mean_itl_ms"] = math.nan
+    metrics.update(_pcts(finished("normalized_latency_s_per_token"), "normalized_latency_s_per_token"))
     # The taxonomy over the whole simulated span, idle time included (the engine integrates the idle
     # allocator too), so the parts sum to 100 % of capacity; a zero-length run is all free.
     # waste_pct = wasted allocated slot-time / allocated slot-time; nothing allocated: no waste (0).

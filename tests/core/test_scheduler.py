@@ -98,7 +98,7 @@ def test_without_chunked_prefill_a_prompt_over_the_budget_is_refused_at_arrival(
     requests = make_requests([0.0], [250], [5])
     sched = _scheduler(requests, FakeSlab(10_000), max_num_batched_tokens=100)
     sched.enqueue(0, 0.0)
-    assert "max_num_batched_tokens" in sched.log.rejection_reason[0]
+    assert "max_num_batched_tokens" in sched.log.rejection_reason(0)
     assert sched.queue_length == 0
 
 
@@ -122,7 +122,7 @@ def test_a_request_larger_than_the_whole_cache_is_refused_at_arrival() -> None:
     requests = make_requests([0.0, 0.0], [30, 10], [100, 5])
     sched = _scheduler(requests, FakeSlab(100))
     _enqueue_all(sched, 2)
-    assert "more than the cache's 100" in sched.log.rejection_reason[0]
+    assert "more than the cache's 100" in sched.log.rejection_reason(0)
     assert _admitted(sched.schedule(0.0)) == [1]
 
 

@@ -478,7 +478,7 @@ def test_a_chunk_that_does_not_fit_preempts_the_newest_request() -> None:
     assert [chunk for _, chunk in plan.chunks] == [20, 20]
     sched.complete(1, plan, 1.5)
     plan = sched.schedule(2.0)  # B's next 39 tokens need 2 more blocks; B is the newest: itself
-    assert sched.log.preemptions == [0, 1]
+    assert list(sched.log.preemptions) == [0, 1]
     assert plan.chunks == [] and sched.num_decode == 1
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -187,6 +188,7 @@ def test_cli_capacity_prints_the_table_and_writes_json(
     out = capsys.readouterr().out
     assert code == 0
     assert "contiguous" in out and "3 GPU(s) = 3 replica(s) x TP 1" in out
+    assert re.search(r"^wall time: \d+\.\d\d s$", out.splitlines()[-1])  # its own cost, last line
     # under the table: what the max rate was searched over and judged by (the caption may wrap)
     caption = " ".join(out.split())
     assert "max rate: geometric bisection, bracket [2, 40] req/s" in caption
