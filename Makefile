@@ -21,8 +21,11 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest -q
 
+# The speed benchmarks (benchmarks/README.md); results_identity.py and cost_fit.py are tools, not timings.
+BENCHMARKS := engine allocators workloads sweep calls_per_turn
+
 bench: $(STAMP)
-	for b in benchmarks/*.py; do echo "== $$b"; $(PY) -P $$b || exit 1; done
+	for b in $(BENCHMARKS); do echo "== benchmarks/$$b.py"; $(PY) -P benchmarks/$$b.py || exit 1; done
 
 calibrate: $(STAMP)
 	$(VENV)/bin/kvsim calibrate --output results/calibration/profile.json

@@ -65,9 +65,26 @@ def scenarios() -> dict[str, tuple[object, list[str] | None]]:
             "workload.params": {"n": 2},
         },
     )
+    # today's engine (mixed steps, chunked prefill with per-chunk allocation, prefix caching) and a
+    # sliding-window model through the hybrid allocator
+    default_v1 = default.with_overrides(name="default-v1", engine="vllm-v1")
+    stress_v1 = stress.with_overrides(name="stress-v1", engine="vllm-v1", preemption_mode="recompute")
+    window = base.with_overrides(
+        name="window",
+        model="Gemma-3-27B",
+        gpu="H200-141GB",
+        kv_cache_memory="4GiB",
+        max_model_len=8192,
+        num_prompts=150,
+        engine="vllm-v1",
+        enable_prefix_caching=False,  # the hybrid allocator does not model caching under windows yet
+    )
     found: dict[str, tuple[object, list[str] | None]] = {
         "default": (default, None),
         "stress": (stress, ["paged", "request_limit:oracle:buddy", "virtual"]),
+        "default-v1": (default_v1, ["paged", "request_limit:oracle", "virtual"]),
+        "stress-v1": (stress_v1, ["paged", "virtual"]),
+        "window": (window, ["paged", "hybrid", "contiguous"]),
     }
     bench = bench_scenario(20_000, require_trace=True)
     if bench is None:
