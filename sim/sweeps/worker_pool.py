@@ -34,6 +34,9 @@ def _serve(conn: Connection) -> None:
     workers), so a worker ignores SIGINT instead of printing its own traceback.
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # The parent started us with SIGINT blocked (see `_idle_worker`): now that it is ignored, a
+    # Ctrl-C that arrived while this process was starting is dropped instead of raising in an import.
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     while True:
         try:
             message = conn.recv()
@@ -94,7 +97,13 @@ class WorkerPool:
         # Daemonic: ended with the parent even if close() is never called (a task must not itself
         # start processes, which simulation cells and capacity rows do not).
         process = self._context.Process(target=_serve, args=(child_end,), daemon=True)
-        process.start()
+        # SIGINT blocked while the worker starts, so it inherits the block and cannot die of a Ctrl-C
+        # (with a traceback) before `_serve` ignores it; the parent gets any pending one right after.
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            process.start()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
         child_end.close()
         worker = _Worker(process, parent_end)
         self._workers.append(worker)
