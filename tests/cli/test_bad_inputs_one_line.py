@@ -402,6 +402,9 @@ def test_ctrl_c_in_a_sweep_counts_the_saved_cells_and_exits_130(tmp_path: Path) 
         command,
         cwd=REPO_ROOT,
         start_new_session=True,
+        # A shell's background job (how CI or `make test &` may run us) starts with SIGINT ignored, and
+        # Python then installs no KeyboardInterrupt handler; a terminal's Ctrl-C is what we model.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
