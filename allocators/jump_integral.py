@@ -34,17 +34,22 @@ if TYPE_CHECKING:
 INTEGRATED_PARTS: tuple[str, ...] = (*BREAKDOWN_PARTS, "cached")
 
 
-_ARANGE = np.arange(1024)
+_FLOAT_ARANGE = np.arange(1024, dtype=np.float64)
+_FLOAT_ARANGE.flags.writeable = False
 _PHASES: dict[int, np.ndarray] = {}
 
 
-def _arange(count: int) -> np.ndarray:
-    """np.arange(count) as a read-only view of a cached array (allocating one per jump costs more)."""
-    global _ARANGE
-    if count > _ARANGE.size:
-        _ARANGE = np.arange(max(count, 2 * _ARANGE.size))
-        _ARANGE.flags.writeable = False
-    return _ARANGE[:count]
+def _float_arange(count: int) -> np.ndarray:
+    """np.arange(count) in float64, a read-only view of a cached array.
+
+    Why float: the jump's index weights are a dot with the float durations, which would otherwise
+    cast an int arange on every jump (the same float64 values, exact below 2**53).
+    """
+    global _FLOAT_ARANGE
+    if count > _FLOAT_ARANGE.size:
+        _FLOAT_ARANGE = np.arange(max(count, 2 * _FLOAT_ARANGE.size), dtype=np.float64)
+        _FLOAT_ARANGE.flags.writeable = False
+    return _FLOAT_ARANGE[:count]
 
 
 def _phase_index(count: int, block_size: int) -> np.ndarray:
@@ -55,9 +60,6 @@ def _phase_index(count: int, block_size: int) -> np.ndarray:
         cached.flags.writeable = False
         _PHASES[block_size] = cached
     return cached[:count]
-
-
-_ARANGE.flags.writeable = False
 
 
 def _stepped_integral(
@@ -118,17 +120,17 @@ def paged_breakdown_integral(
     final = alloc.final_tokens[seq_ids]
     remaining = final - lengths  # tokens to go before the final length
     cow_pending = alloc._num_cow_flagged and bool(alloc.cow_flag[seq_ids].any())
-    if cow_pending or int(remaining.min()) < steps - 1:  # someone passes its final length
+    if cow_pending or int(np.minimum.reduce(remaining)) < steps - 1:  # someone passes its final length
         return _stepped_integral(alloc, seq_ids, durations, next_demand_tokens)
 
-    iterations = _arange(steps)
-    index_weighted_s = float(durations @ iterations)
+    index_weighted_s = float(durations @ _float_arange(steps))
     # blocks appended by iteration i: per-phase counts, cumulated. A sequence with `room` free slots
     # in its blocks needs a new block at iterations room + 1, room + 1 + bs, ... (room in [0, bs)).
     held = alloc.num_seq_blocks[seq_ids] * bs
     room = held - lengths
     per_room = np.bincount(room, minlength=bs)
-    appended = np.zeros(steps, dtype=np.int64)
+    # in float64 (block counts, exact below 2**53), so the dot with the durations needs no cast
+    appended = np.zeros(steps)
     # iteration i >= 1 adds the sequences with room == (i - 1) % bs; a short jump needs no modulo
     phases = per_room[: steps - 1] if steps - 1 <= bs else per_room[_phase_index(steps - 1, bs)]
     np.add.accumulate(phases, out=appended[1:])  # = cumsum, without its slow out= path
@@ -140,11 +142,14 @@ def paged_breakdown_integral(
     from_now = alloc.final_block_from_tokens[seq_ids] - lengths
     if per_room.size == bs:
         # every room < bs (blocks held = ceil(length / bs)): then from_now <= 0 exactly when the final
-        # block is held (room >= remaining) and > 0 otherwise, so clamping at 0 is the same as the test
-        starts = np.maximum(from_now, 0)
+        # block is held (room >= remaining) and > 0 otherwise, so clamping at 0 is the same as the test;
+        # min(starts) = max(min(from_now), 0) < steps (>= 2) exactly when min(from_now) < steps
+        reaches = int(np.minimum.reduce(from_now)) < steps  # the ufunc: no method wrapper
+        starts = np.maximum(from_now, 0) if reaches else from_now
     else:
         starts = np.where(room >= remaining, 0, from_now)
-    if int(starts.min()) < steps:
+        reaches = int(starts.min()) < steps
+    if reaches:
         suffix_s = np.zeros(steps + 1)  # suffix_s[t] = sum_{i>=t} d_i, summed from the end
         np.add.accumulate(durations[::-1], out=suffix_s[-2::-1])
         # internal now: sum of max(0, held - final) (no one is past its final length); over every live
@@ -166,5 +171,5 @@ def paged_breakdown_integral(
     if first.cached and appended[-1]:
         popped = alloc.pool.queue.peek(int(appended[-1]))
         evicted = np.concatenate([[0], np.cumsum(alloc.pool.has_key[popped])])
-        sums["cached"] -= bs * float(durations @ evicted[appended])
+        sums["cached"] -= bs * float(durations @ evicted[appended.astype(np.int64)])
     return sums

@@ -560,7 +560,6 @@ class Scheduler:
         offsets are untouched and the newly decoding ones start at the current counter.
         """
         log = self.log
-        before = set(self.decode)
         for group, chunk in plan.chunks:
             group.compute_left -= chunk
             group.context_tokens += chunk
@@ -569,13 +568,16 @@ class Scheduler:
                 log.recomputed_tokens[group.item.req] += chunk
         completed = [group for group, _ in plan.chunks if group.compute_left == 0]
         self.prefilling = [g for g in self.prefilling if g.compute_left > 0]
+        # the sequences that start decoding now, in the order they join `decode` (no scan of the batch)
+        new_ids: list[int] = []
         for group in completed:
-            self._complete_prefill(group, now_s)
-        new_ids = [seq_id for seq_id in self.decode if seq_id not in before]
+            self._complete_prefill(group, now_s, new_ids)
         if new_ids:
             self._grow_one(now_s, np.asarray(new_ids, dtype=np.int64))
 
-    def _complete_prefill(self, group: PrefillGroup, now_s: float) -> None:
+    def _complete_prefill(self, group: PrefillGroup, now_s: float, started: list[int] | None = None) -> None:
+        """A group's prompt is done: each sample emits its first token; appends to `started` the
+        seq ids that go on decoding (in the order they join `decode`)."""
         item, log = group.item, self.log
         req = item.req
         emitted = item.emitted + 1
@@ -592,6 +594,8 @@ class Scheduler:
                 self._finish_sample(req, emitted, FINISH_STOP, now_s)
             else:
                 self._start_decode(seq_id, req, sample, emitted, group.stamp)
+                if started is not None:
+                    started.append(seq_id)
 
     def _grow_one(self, now_s: float, seq_ids: np.ndarray | None = None) -> None:
         """The post-step grow: one slot for every decoding sequence (or just `seq_ids`); failures

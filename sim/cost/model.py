@@ -18,7 +18,7 @@ measured paged-over-contiguous ratio. Units: seconds, bytes, FLOPs; all per GPU 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -182,6 +182,13 @@ class CostModel:
     all_reduces_per_step: int = 0  # 2 x layers with TP > 1
     engine: str = DEFAULT_ENGINE
     linear_fit_source: str = ""
+    # Memos of the per-batch-size terms, keyed by the number of decoding sequences (bounded by
+    # max_num_seqs): the engine prices the same few batch sizes on every turn. Same floats as computing
+    # them afresh; not part of the model's value (compare=False) and empty in every copy.
+    _decode_batch_memo: dict[int, float] = field(default_factory=dict, init=False, repr=False, compare=False)
+    _kv_lines_memo: dict[int, tuple[float, float]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     @classmethod
     def from_scenario(
@@ -252,8 +259,15 @@ class CostModel:
 
         With a fit, blocks touched (gpu/'s definition) are one per sequence for the contiguous layout and,
         for a paged one, context / b + num_seqs x (b - 1) / (2b): the mean partial last block. Either
-        keeps the time linear in the context sum.
+        keeps the time linear in the context sum. Memoised per `num_seqs` (`_kv_read_lines_afresh`).
         """
+        lines = self._kv_lines_memo.get(num_seqs)
+        if lines is None:
+            lines = self._kv_lines_memo[num_seqs] = self._kv_read_lines_afresh(num_seqs)
+        return lines
+
+    def _kv_read_lines_afresh(self, num_seqs: int) -> tuple[float, float]:
+        """`_kv_read_lines` computed from the coefficients (its memo's source)."""
         if num_seqs <= 0:
             return 0.0, 0.0
         fit = self.kv_fit
@@ -345,6 +359,18 @@ class CostModel:
         """The parts that depend only on the batch (constant while a decode jump runs)."""
         return self.overhead_time_s(num_seqs) + self.linear_time_s(tokens) + self.all_reduce_time_s(tokens)
 
+    def _decode_batch_time_s(self, num_seqs: int) -> float:
+        """batch_time_s(num_seqs, num_seqs): a decode-only batch, memoised per batch size.
+
+        Why a memo: every decode-only turn prices its batch (and a jump's first step) with the same
+        handful of batch sizes; the key is bounded by max_num_seqs. Prefill batches are not memoised
+        (their token counts vary without bound), only their KV-read lines.
+        """
+        fixed = self._decode_batch_memo.get(num_seqs)
+        if fixed is None:
+            fixed = self._decode_batch_memo[num_seqs] = self.batch_time_s(num_seqs, num_seqs)
+        return fixed
+
     def step_time_s(
         self,
         prefill_tokens: int,
@@ -363,10 +389,16 @@ class CostModel:
             return 0.0
         if self.constant_step_s is not None:
             return self.constant_step_s
-        fixed = self.batch_time_s(prefill_tokens + num_decode_seqs, num_decode_seqs)
-        return fixed + self.attention_time_s(
-            num_decode_seqs, decode_context_tokens, decode_context_tokens + prefill_context_tokens
-        )
+        if prefill_tokens == 0:
+            fixed = self._decode_batch_time_s(num_decode_seqs)
+        else:
+            fixed = self.batch_time_s(prefill_tokens + num_decode_seqs, num_decode_seqs)
+        # attention_time_s, inlined (every turn): max(FLOPs of the pairs, the KV read), same floats and
+        # the same tie rule as max() (the first argument unless the second is larger)
+        compute = self.attention_compute_time_s(decode_context_tokens + prefill_context_tokens)
+        intercept, slope = self._kv_read_lines(num_decode_seqs)
+        memory = intercept + slope * decode_context_tokens
+        return fixed + (memory if memory > compute else compute)
 
     # -- k decode-only steps at once ------------------------------------------------------------------------
 
@@ -381,11 +413,11 @@ class CostModel:
         n = num_decode_seqs
         if self.constant_step_s is not None:
             return [(0, k, self.constant_step_s, 0.0)]
-        fixed = self.batch_time_s(n, n)
+        fixed = self._decode_batch_time_s(n)
         compute_0 = fixed + self.attention_compute_time_s(context_tokens_sum)
         compute_1 = n * self.attention_flops_per_pair / self.flops_per_s
-        memory_0 = fixed + self.memory_time_s(n, context_tokens_sum)
-        _, kv_slope = self._kv_read_lines(n)
+        kv_intercept, kv_slope = self._kv_read_lines(n)
+        memory_0 = fixed + (kv_intercept + kv_slope * context_tokens_sum)  # memory_time_s, inlined
         memory_1 = n * kv_slope
         gap_0, gap_1 = compute_0 - memory_0, compute_1 - memory_1  # compute wins where gap >= 0
         if gap_1 == 0.0:  # parallel lines: one side wins every step

@@ -1,0 +1,72 @@
+"""Where the paged allocator's scalar block append stops paying: `_append_lean_few` vs `_append_lean`.
+
+Why: `PagedAllocator.grow` serves the sequences that cross a block boundary with a Python loop up to
+`allocators.paged._LEAN_LOOP_MAX` of them and with fancy-indexed NumPy above; the constant should sit
+at the measured crossover (issue 16: "scalar Python where a batch is small, NumPy where it is large").
+Each round grows `c` sequences (full blocks, far from their final length) by one block's worth of
+tokens, so each crosses exactly one boundary, then appends their blocks one way or the other. Both
+paths give the same blocks in the same order (tests/allocators); only their cost differs. Per round,
+best of --repeats batches of --rounds rounds, so other load on a shared machine shows less.
+
+    .venv/bin/python -P benchmarks/lean_crossover.py [--rounds 400] [--repeats 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+
+from allocators.base import SeqSpec
+from allocators.paged import _LEAN_LOOP_MAX, PagedAllocator
+
+BLOCK_SIZE = 16
+PROMPT_TOKENS = 6 * BLOCK_SIZE  # full blocks: the next token crosses a boundary
+CROSSING_COUNTS = (1, 2, 3, 4, 6, 8, 10, 12, 14, 16, 20, 24, 32, 64)
+
+
+def _allocator(num_seqs: int, rounds: int) -> PagedAllocator:
+    alloc = PagedAllocator("paged", num_seqs * (rounds + 10) * BLOCK_SIZE, BLOCK_SIZE)
+    for seq_id in range(num_seqs):
+        if not alloc.admit(SeqSpec(seq_id, PROMPT_TOKENS, 10**6, 10**6)):
+            raise RuntimeError("admission failed")
+    return alloc
+
+
+def _round_us(num_seqs: int, scalar: bool, rounds: int, repeats: int) -> float:
+    """Best time per round (us) of growing `num_seqs` sequences by one block and appending their blocks."""
+    ids = np.arange(num_seqs, dtype=np.int64)
+    best_s = float("inf")
+    for _ in range(repeats):
+        alloc = _allocator(num_seqs, rounds)
+        lengths = alloc.lengths_tokens
+        start = time.perf_counter()
+        for _ in range(rounds):
+            lengths[ids] += BLOCK_SIZE  # grown past the quiet limit, as `grow` leaves them
+            done = alloc._append_lean_few(ids.tolist()) if scalar else alloc._append_lean(ids, lengths[ids])
+            if not done:
+                raise RuntimeError("lean append refused")
+        best_s = min(best_s, (time.perf_counter() - start) / rounds)
+    return best_s * 1e6
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=400)
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+    print(f"_LEAN_LOOP_MAX = {_LEAN_LOOP_MAX}; us per round (incl. the shared lengths update):")
+    crossover = None
+    for count in CROSSING_COUNTS:
+        scalar_us = _round_us(count, True, args.rounds, args.repeats)
+        numpy_us = _round_us(count, False, args.rounds, args.repeats)
+        faster = "scalar" if scalar_us < numpy_us else "numpy"
+        if crossover is None and faster == "numpy":
+            crossover = count
+        print(f"  crossing {count:3d}: scalar loop {scalar_us:6.2f}  numpy {numpy_us:6.2f}  ({faster})")
+    print(f"first count where NumPy wins: {crossover}")
+
+
+if __name__ == "__main__":
+    main()

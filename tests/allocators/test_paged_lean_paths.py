@@ -1,0 +1,74 @@
+"""The paged allocator's two lean-append paths leave exactly the same state.
+
+Why: `grow` serves up to `_LEAN_LOOP_MAX` crossing sequences with a scalar loop (`_append_lean_few`)
+and more with NumPy (`_append_lean`); issue 16 moved that threshold to the measured crossover, which
+is only sound if both paths give the same blocks to the same sequences in the same order and keep
+the same totals and limits. Counts on both sides of the threshold, final lengths inside the new
+block (never-filled slots), and a short table (column growth) are covered.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+
+from allocators.base import SeqSpec
+from allocators.paged import _LEAN_LOOP_MAX, PagedAllocator
+
+BLOCK_SIZE = 16
+
+
+def _state(alloc: PagedAllocator) -> dict[str, object]:
+    return {
+        "tables": alloc._tables.tolist(),
+        "num_seq_blocks": alloc.num_seq_blocks.tolist(),
+        "lengths": alloc.lengths_tokens.tolist(),
+        "quiet": alloc.quiet_limit_tokens.tolist(),
+        "totals": (alloc._stored_tokens, alloc._held_slots, alloc._never_tokens),
+        "refcount": alloc.pool.refcount.tolist(),
+        "free": alloc.pool.queue.peek(alloc.pool.num_free).tolist(),
+        "breakdown": alloc.breakdown(),
+    }
+
+
+@pytest.mark.parametrize("count", [1, 2, _LEAN_LOOP_MAX, _LEAN_LOOP_MAX + 1, 3 * _LEAN_LOOP_MAX])
+def test_scalar_and_numpy_lean_append_agree(count: int) -> None:
+    rng = np.random.default_rng(count)
+    alloc = PagedAllocator("paged", 4096 * BLOCK_SIZE, BLOCK_SIZE)
+    for seq_id in range(count + 3):  # a few sequences that do not grow
+        prompt_blocks = int(rng.integers(1, 9))
+        output = int(rng.integers(1, 3 * BLOCK_SIZE))  # some end inside the block they are about to take
+        assert alloc.admit(SeqSpec(seq_id, prompt_blocks * BLOCK_SIZE, output, output))
+    ids = rng.permutation(count + 3)[:count].astype(np.int64)  # blocks go in this (unsorted) order
+    alloc.lengths_tokens[ids] += 1  # grown past the quiet limit (full blocks), as `grow` leaves them
+    scalar, vector = copy.deepcopy(alloc), copy.deepcopy(alloc)
+    assert scalar._append_lean_few(ids.tolist())
+    assert vector._append_lean(ids, vector.lengths_tokens[ids])
+    assert _state(scalar) == _state(vector)
+    assert _state(scalar) != _state(alloc)  # blocks were appended
+
+
+def test_grow_takes_the_same_blocks_either_side_of_the_threshold() -> None:
+    """grow() itself, with the threshold forced low and high: same state after many decode steps."""
+    import allocators.paged as paged
+
+    rng = np.random.default_rng(7)
+    base = PagedAllocator("paged", 2048 * BLOCK_SIZE, BLOCK_SIZE)
+    for seq_id in range(40):
+        output = int(rng.integers(20, 200))
+        assert base.admit(SeqSpec(seq_id, int(rng.integers(1, 300)), output, output))
+    ids = np.arange(40, dtype=np.int64)
+    finals = []
+    saved = paged._LEAN_LOOP_MAX
+    try:
+        for threshold in (0, 1000):
+            paged._LEAN_LOOP_MAX = threshold
+            alloc = copy.deepcopy(base)
+            for tokens in (1, 1, 5, 1, 16, 3, 1, 1, 9):
+                assert alloc.grow(ids, tokens).size == 0
+            finals.append(_state(alloc))
+    finally:
+        paged._LEAN_LOOP_MAX = saved
+    assert finals[0] == finals[1]
