@@ -302,15 +302,52 @@ class HybridPrefixCachingAllocator(HybridPagedAllocator):
         extra = self._usage_blocks(ids, steps)[0] - self._held_now(ids)[0] + kept
         return max(0, int(extra.max()))
 
-    def max_uniform_growth(self, seq_ids: np.ndarray, limit: int) -> int:
-        """Largest k <= limit such that growing by k takes only blocks holding no cached content and
-        releases no named block (a lower bound on what `grow` allows).
+    def _new_rows(self, seq_ids: np.ndarray, steps: np.ndarray) -> np.ndarray:
+        """Block rows each sequence appends growing by each of `steps` tokens (rows: seqs)."""
+        lengths = self.lengths_tokens[seq_ids][:, None] + steps[None, :]
+        return ceil_div(lengths, self.block_size) - self.num_seq_blocks[seq_ids][:, None]
 
-        Why stricter than without caching: the engine's multi-step jump grows one sequence after
-        another, stepping interleaves them; with cached blocks in the free queue the order of named
-        releases and evictions decides later hits, so a jump stops before either can happen and the
-        jump gives what stepping gives.
+    def _grows_without_frees(self, seq_ids: np.ndarray, num_tokens: int) -> bool:
+        """Whether the free pool holds every block the growth appends, crediting no release."""
+        if (
+            self.max_model_len is not None
+            and self.lengths_tokens[seq_ids].max() + num_tokens > self.max_model_len
+        ):
+            return False
+        new_rows = self._new_rows(seq_ids, np.array([num_tokens], dtype=np.int64))
+        groups = self.num_full_groups + self.num_window_groups
+        return int(new_rows.sum()) * groups <= self.pool.num_free
+
+    def grow(self, seq_ids: np.ndarray, num_tokens: int = 1) -> np.ndarray:
+        """As without caching, except that growth the free pool holds outright runs step by step.
+
+        Why: the engine's multi-step jump calls grow(ids, k) where stepping calls grow(ids, 1) k
+        times. With cached blocks in the free queue the order of releases and evictions decides
+        later hits, so a jump replays the steps' order: each step, every sequence in turn (the
+        sequences whose blocks do not change in a step do nothing to the pool).
         """
+        seq_ids = np.asarray(seq_ids, dtype=np.int64)
+        if num_tokens <= 1 or seq_ids.size == 0 or not self._grows_without_frees(seq_ids, num_tokens):
+            return super().grow(seq_ids, num_tokens)
+        lengths_now = self.lengths_tokens[seq_ids]
+        lengths = lengths_now[:, None] + np.arange(1, num_tokens + 1, dtype=np.int64)[None, :]
+        blocks = ceil_div(lengths, self.block_size)
+        first = np.maximum(self.first_window_block[seq_ids][:, None], self._first_needed(lengths))
+        changed = np.empty_like(blocks, dtype=bool)
+        changed[:, 0] = (blocks[:, 0] != self.num_seq_blocks[seq_ids]) | (
+            first[:, 0] != self.first_window_block[seq_ids]
+        )
+        changed[:, 1:] = (blocks[:, 1:] != blocks[:, :-1]) | (first[:, 1:] != first[:, :-1])
+        steps, rows = np.nonzero(changed.T)  # step-major: every sequence's event of step 1, then 2, ...
+        for step, row in zip(steps.tolist(), rows.tolist(), strict=True):
+            self._advance(int(seq_ids[row]), int(lengths_now[row]) + step + 1)
+        self.lengths_tokens[seq_ids] = lengths_now + num_tokens
+        return _EMPTY
+
+    def max_uniform_growth(self, seq_ids: np.ndarray, limit: int) -> int:
+        """Largest k <= limit whose appended blocks the free pool holds outright, crediting no
+        release: a lower bound on what `grow` allows (exact without releases in the jump), and the
+        growth `grow` replays step by step (see `grow`)."""
         seq_ids = np.asarray(seq_ids, dtype=np.int64)
         if limit <= 0:
             return 0
@@ -321,16 +358,12 @@ class HybridPrefixCachingAllocator(HybridPagedAllocator):
             limit = min(limit, int(self.max_model_len - self.lengths_tokens[seq_ids].max()))
         if limit <= 0:
             return 0
-        steps = np.arange(1, limit + 1, dtype=np.int64)
-        lengths = self.lengths_tokens[seq_ids][:, None] + steps[None, :]
-        new_rows = ceil_div(lengths, self.block_size) - self.num_seq_blocks[seq_ids][:, None]
+        if self._grows_without_frees(seq_ids, limit):
+            return limit
+        new_rows = self._new_rows(seq_ids, np.arange(1, limit + 1, dtype=np.int64))
         groups = self.num_full_groups + self.num_window_groups
-        plain_free = self.pool.num_free - self.pool.num_cached  # free blocks ahead of any cached one
-        fits = new_rows.sum(axis=0) * groups <= plain_free
-        first = self.first_window_block[seq_ids][:, None]
-        names_released = (first < self.named_rows[seq_ids][:, None]) & (self._first_needed(lengths) > first)
-        ok = fits & ~names_released.any(axis=0)
-        return int(limit) if ok.all() else int(np.argmin(ok))
+        fits = new_rows.sum(axis=0) * groups <= self.pool.num_free
+        return int(np.argmin(fits))  # fits is monotone and fails at `limit`
 
     # ---- accounting ----------------------------------------------------------------------
     def _out_of_window_slots(self, ids: np.ndarray, read_from: np.ndarray) -> int:
