@@ -104,6 +104,8 @@ class HybridPrefixCachingAllocator(HybridPagedAllocator):
         self.window_needed_blocks = window_needed_blocks(plan.window_tokens, block_size)
         self._ledger = DuplicateLedger()  # full-group content held by live blocks
         self._block_key: dict[int, Hashable] = {}  # live full-group block -> its content key
+        self._changes = 0  # bumped by every change of the blocks held (keeps `_last_plan` honest)
+        self._last_plan: tuple | None = None
 
     # ---- the hit -------------------------------------------------------------------------
     def _row_blocks(self, key: Hashable, groups: range) -> list[int] | None:
@@ -156,6 +158,16 @@ class HybridPrefixCachingAllocator(HybridPagedAllocator):
         return first
 
     def _admission_plan(self, seq: SeqSpec) -> tuple:
+        """The hit and the blocks admission touches and takes; kept for the `admit` that follows the
+        engine's `demand_tokens` (the hit search is most of an admission's cost)."""
+        state = (seq, self._changes, self.pool.num_free, self.pool.num_cached)
+        if self._last_plan is not None and self._last_plan[0] == state:
+            return self._last_plan[1]
+        plan = self._plan(seq)
+        self._last_plan = (state, plan)
+        return plan
+
+    def _plan(self, seq: SeqSpec) -> tuple:
         keys, hit, full_rows, window_rows = self._find_hit(seq)
         blocks = int(ceil_div(seq.prompt_tokens, self.block_size))
         first = self._first_window_row(seq.prompt_tokens, hit)
@@ -197,6 +209,7 @@ class HybridPrefixCachingAllocator(HybridPagedAllocator):
         if self.max_model_len is not None and seq.prompt_tokens > self.max_model_len:
             return False
         keys, hit, first, blocks, full_rows, window_rows, touched, new = self._admission_plan(seq)
+        self._changes += 1
         touched_blocks = np.asarray(touched, dtype=np.int64)
         revived_count = int((self.pool.refcount[touched_blocks] == 0).sum()) if touched else 0
         if new + revived_count > self.pool.num_free:
@@ -263,6 +276,7 @@ class HybridPrefixCachingAllocator(HybridPagedAllocator):
 
     def release(self, seq_id: int) -> None:
         check_live_seq(self, seq_id)
+        self._changes += 1
         held = [*reversed(self._window.pop(seq_id)), *reversed(self._full.pop(seq_id))]
         if held:
             self._drop_content(self.pool.release(np.concatenate(held)))
@@ -275,6 +289,7 @@ class HybridPrefixCachingAllocator(HybridPagedAllocator):
 
     def fork(self, parent_id: int, child: SeqSpec) -> bool:
         """As without caching: the child copies the parent's blocks (unnamed, so never a hit)."""
+        self._changes += 1
         ok = super().fork(parent_id, child)
         if ok:
             self.prefix_hit[child.seq_id] = 0
@@ -285,6 +300,10 @@ class HybridPrefixCachingAllocator(HybridPagedAllocator):
         return int(self.prefix_hit[seq_id])
 
     # ---- growth --------------------------------------------------------------------------
+    def _advance(self, sid: int, new_length: int) -> None:
+        self._changes += 1
+        super()._advance(sid, new_length)
+
     def _grow_peak(self, sid: int, num_tokens: int, peak: int) -> int:
         """The peak when released window blocks still shared with another holder free nothing."""
         first = int(self.first_window_block[sid])
