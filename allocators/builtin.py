@@ -22,6 +22,7 @@ from allocators.entry import (
     required,
 )
 from allocators.hybrid import HybridPagedAllocator
+from allocators.hybrid_caching import HybridPrefixCachingAllocator
 from allocators.paged import PagedAllocator
 from allocators.placement import available_placements, make_placement
 from allocators.virtual import VirtualAllocator
@@ -157,10 +158,7 @@ def _make_hybrid(
     """vLLM v1's hybrid KV-cache manager (allocators/hybrid.py); needs a model with window layers."""
     name = "hybrid"
     size = int_param(name, "block_size", block_size)
-    if bool_param(name, "enable_prefix_caching", enable_prefix_caching):
-        raise AllocatorConfigError(
-            "hybrid: prefix caching under sliding windows is not modelled yet; use paged for prefix caching"
-        )
+    caching = bool_param(name, "enable_prefix_caching", enable_prefix_caching)
     required(name, "num_window_layers", num_window_layers, "layers with a sliding window")
     plan = _window_plan(name, num_layers, num_window_layers, window_tokens)
     if plan is None:
@@ -173,9 +171,9 @@ def _make_hybrid(
         if prefill_chunk_tokens is None
         else int_param(name, "prefill_chunk_tokens", prefill_chunk_tokens)
     )
-    return HybridPagedAllocator(
-        capacity_tokens, size, plan, max_model_len=max_len, prefill_chunk_tokens=chunk
-    )
+    # prefix caching under sliding windows: vLLM's hit rule (allocators/hybrid_caching.py)
+    cls = HybridPrefixCachingAllocator if caching else HybridPagedAllocator
+    return cls(capacity_tokens, size, plan, max_model_len=max_len, prefill_chunk_tokens=chunk)
 
 
 def _make_virtual(

@@ -17,10 +17,8 @@ Units: layer-slots (one token's K and V in one layer), as in allocators/windowed
 sequence are real block ids from `BlockPool` (block_pool.py, reused, not copied), so conservation and
 single ownership can be checked block by block.
 
-Not modelled (docs/allocators.md): prefix sharing and caching (vLLM's SlidingWindowManager
-find_longest_cache_hit needs only the last cdiv(sliding_window - 1, block_size) blocks before the hit
-point to be cached; here every sequence stores its own prompt), copy-on-write forks (a fork copies the
-parent's blocks).
+Prefix caching (`enable_prefix_caching`) is the subclass in allocators/hybrid_caching.py. Not
+modelled (docs/allocators.md): copy-on-write forks (a fork copies the parent's blocks).
 """
 
 from __future__ import annotations
@@ -196,11 +194,15 @@ class HybridPagedAllocator(AllocatorBase):
         failed: list[int] = []
         for index in np.flatnonzero(~quiet).tolist():
             sid = int(seq_ids[index])
-            if too_long[index] or peak[index] > self.pool.num_free:
+            if too_long[index] or self._grow_peak(sid, num_tokens, int(peak[index])) > self.pool.num_free:
                 failed.append(sid)
                 continue
             self._advance(sid, int(new_lengths[index]))
         return np.asarray(failed, dtype=np.int64)
+
+    def _grow_peak(self, sid: int, num_tokens: int, peak: int) -> int:
+        """Blocks `sid` needs from the free pool at its peak while growing (private blocks: `peak`)."""
+        return peak
 
     def _advance(self, sid: int, new_length: int) -> None:
         """Move one sequence to `new_length`: release slid-out window blocks, then append new blocks."""

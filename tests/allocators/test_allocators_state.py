@@ -24,7 +24,12 @@ from _alloc_helpers import (
     check_contiguous,
     check_paged,
 )
-from _window_helpers import check_hybrid, check_hybrid_all_free
+from _window_helpers import (
+    check_hybrid,
+    check_hybrid_all_free,
+    check_hybrid_caching,
+    check_hybrid_caching_all_free,
+)
 from hypothesis import event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
@@ -279,6 +284,80 @@ class _HybridMachine(AllocatorMachine):
 
 _HybridMachine.TestCase.settings = settings(settings(), stateful_step_count=40)
 TestHybridMachine = _HybridMachine.TestCase
+
+
+class _HybridCachingMachine(AllocatorMachine):
+    """The hybrid allocator with prefix caching (vLLM's hit rule under sliding windows): blocks shared
+    with refcounts, conservation, the taxonomy with `duplicated` and `cached` exact, and at teardown
+    every block free, the named ones cached and evictable (_window_helpers.check_hybrid_caching)."""
+
+    allocator_name = "hybrid"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.specs: dict[int, SeqSpec | None] = {}
+
+    @initialize(capacity=st.integers(60, 700), data=st.data())
+    def build(self, capacity: int, data: st.DataObject) -> None:
+        params = data.draw(PARAM_STRATEGIES["hybrid"], label="params")
+        self.alloc = make_allocator("hybrid", capacity_tokens=capacity, enable_prefix_caching=True, **params)
+
+    @rule(fields=SPEC_FIELDS)
+    def admit(self, fields: dict[str, Any]) -> None:
+        seq = SeqSpec(seq_id=self.next_id, **fields)
+        super().admit(fields)
+        if seq.seq_id in self.model.labels:
+            self.specs[seq.seq_id] = seq
+
+    @precondition(lambda self: self.model.labels)
+    @rule(data=st.data(), num_tokens=st.integers(1, 20))
+    def grow(self, data: st.DataObject, num_tokens: int) -> None:
+        """As for every allocator, except that max_uniform_growth is a lower bound here: with cached
+        blocks a jump stops before a named block is released or a cached one evicted."""
+        live = self._live()
+        chosen = data.draw(st.lists(st.sampled_from(live), min_size=1, max_size=len(live), unique=True))
+        ids = np.array(chosen, dtype=np.int64)
+        uniform = self.alloc.max_uniform_growth(ids, num_tokens)
+        assert 0 <= uniform <= num_tokens
+        probe = copy.deepcopy(self.alloc)
+        assert probe.grow(ids, uniform).size == 0, "grow fails where max_uniform_growth allows it"
+        failed = set(self.alloc.grow(ids, num_tokens).tolist())
+        event("grow: some failed" if failed else "grow: all grew")
+        assert failed <= set(chosen)
+        for sid in chosen:
+            if sid not in failed:
+                self.model.grow(sid, num_tokens)
+
+    @precondition(lambda self: self.model.labels)
+    @rule(pick=st.integers(0, 10**6), max_tokens=st.integers(1, 60), output=st.integers(1, 70))
+    def fork(self, pick: int, max_tokens: int, output: int) -> None:
+        child_id = self.next_id
+        super().fork(pick, max_tokens, output)
+        if child_id in self.model.labels:
+            self.specs[child_id] = None
+
+    @invariant()
+    def consistent(self) -> None:
+        if self.alloc is None:
+            return
+        lengths = {sid: self.model.length(sid) for sid in self.model.labels}
+        check_hybrid_caching(self.alloc, lengths, self.specs)
+        hits = [self.alloc.prefix_hit_tokens(sid) for sid in lengths]
+        event("a live sequence hit the cache" if any(hits) else "no live hit")
+        if self.alloc.breakdown().duplicated:
+            event("a live block duplicates another's content")
+
+    def teardown(self) -> None:
+        if self.alloc is None:
+            return
+        for sid in self._live():
+            self.alloc.release(sid)
+            self.model.release(sid)
+        check_hybrid_caching_all_free(self.alloc)
+
+
+_HybridCachingMachine.TestCase.settings = settings(settings(), stateful_step_count=40)
+TestHybridCachingMachine = _HybridCachingMachine.TestCase
 
 
 def test_every_allocator_has_a_machine() -> None:

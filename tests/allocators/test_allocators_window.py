@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from allocators import AllocatorConfigError, SeqSpec, make_allocator
 from allocators.hybrid import HybridPagedAllocator
+from allocators.hybrid_caching import HybridPrefixCachingAllocator
 from allocators.windowed import LayerPlan
 
 # A Gemma-3-like miniature: 6 layers, 5 windowed (window 8 tokens), 1 full; blocks of 4 tokens.
@@ -90,11 +91,13 @@ def test_uniform_paged_reports_out_of_window_in_layer_slots() -> None:
     assert alloc.breakdown().out_of_window == 5 * (50 - 8 + 1)
 
 
-def test_hybrid_needs_window_layers_and_refuses_prefix_caching() -> None:
+def test_hybrid_needs_window_layers_and_caches_prefixes_when_asked() -> None:
     with pytest.raises(AllocatorConfigError, match="no sliding-window layers"):
         make_allocator("hybrid", capacity_tokens=100, num_layers=4, num_window_layers=0, window_tokens=8)
-    with pytest.raises(AllocatorConfigError, match="prefix caching"):
-        make_allocator("hybrid", capacity_tokens=100, enable_prefix_caching=True, **PLAN)
+    cached = make_allocator("hybrid", capacity_tokens=100, enable_prefix_caching=True, **PLAN)
+    assert isinstance(cached, HybridPrefixCachingAllocator) and cached.pool.enable_caching
+    plain = make_allocator("hybrid", capacity_tokens=100, **PLAN)
+    assert not isinstance(plain, HybridPrefixCachingAllocator) and not plain.pool.enable_caching
     with pytest.raises(AllocatorConfigError, match="num_window_layers must be <="):
         make_allocator("hybrid", capacity_tokens=100, num_layers=2, num_window_layers=3, window_tokens=8)
 

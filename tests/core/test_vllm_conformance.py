@@ -517,3 +517,93 @@ def test_a_sweep_grid_can_compare_the_two_engines() -> None:
     spec = parse_spec({"base": {"num_prompts": 10}, "grid": {"engine": ["vllm-v0", "vllm-v1"]}})
     engines = [(cell.scenario.engine, cell.scenario.enable_chunked_prefill) for cell in spec.cells]
     assert engines == [("vllm-v0", False), ("vllm-v1", True)]
+
+
+# --- prefix caching under sliding windows: the hybrid coordinator ---------------------------------
+# vllm/v1/core/single_type_kv_cache_manager.py `FullAttentionManager.find_longest_cache_hit` (left to
+# right, every block from the start), `SlidingWindowManager.find_longest_cache_hit` (right to left, the
+# cdiv(sliding_window - 1, block_size) consecutive blocks ending at the hit, earlier ones null blocks;
+# without such a run, the cached blocks from block 0), and vllm/v1/core/kv_cache_coordinator.py
+# `HybridKVCacheCoordinator.find_longest_cache_hit` (full attention first, its hit the window groups'
+# longest candidate: the hit is what every group serves). allocators/hybrid_caching.py.
+
+WINDOW_PLAN = {"num_layers": 6, "num_window_layers": 5, "window_tokens": 8}  # 1 full, 5 window layers
+
+
+def test_window_group_needs_only_the_blocks_its_window_reads() -> None:
+    from allocators.hybrid_caching import (
+        full_attention_hit_blocks,
+        sliding_window_hit_blocks,
+        window_needed_blocks,
+    )
+
+    # window 4, blocks of 2 tokens: the token after a hit reads 3 earlier tokens = cdiv(3, 2) blocks
+    assert window_needed_blocks(4, 2) == 2 and window_needed_blocks(1024, 16) == 64
+    cached = {0, 1, 3, 4}.__contains__  # blocks 0..6; 2, 5 and 6 evicted
+    assert full_attention_hit_blocks(cached, 7) == 2  # full attention stops at the first miss
+    assert sliding_window_hit_blocks(cached, 7, 2) == 5  # blocks 3, 4 end a run of 2: hit 5 blocks
+    assert sliding_window_hit_blocks(cached, 7, 3) == 2  # no run of 3: the blocks from 0 (0, 1)
+    # the coordinator: the window groups search within the full groups' hit; the hit is the min
+    assert sliding_window_hit_blocks(cached, full_attention_hit_blocks(cached, 7), 2) == 2
+
+
+def window_seq(seq_id: int, prompt: int, hashes: tuple[int, ...]) -> SeqSpec:
+    return SeqSpec(seq_id, prompt, 50, 50, block_hashes=hashes, block_hash_tokens=4)
+
+
+def test_hybrid_hit_survives_eviction_of_window_blocks_before_the_window() -> None:
+    from allocators import make_allocator
+
+    alloc = make_allocator(
+        "hybrid", capacity_tokens=100, block_size=4, enable_prefix_caching=True, **WINDOW_PLAN
+    )
+    assert alloc.window_needed_blocks == 2  # cdiv(8 - 1, 4)
+    prefix = (1, 2, 3, 4, 5, 6)  # 6 named blocks of 4 tokens
+    assert alloc.admit(window_seq(0, 30, prefix))
+    alloc.grow(np.array([0]), 1)  # length 31: window groups free blocks 0..5 (named: cached)
+    assert alloc.pool.num_cached == 6 * 5
+    # evict exactly the window groups' blocks 0..3 (least recently freed first)
+    taken = alloc.pool.allocate(alloc.pool.num_free - alloc.pool.num_cached + 4 * 5)
+    assert alloc.pool.num_cached == 2 * 5
+    alloc.pool.release(taken[:12])  # room for the new blocks (rows 6, 7 in 6 groups), at the queue head
+    taken = taken[12:]
+    # full group: blocks 0..5 live in seq 0; window groups: blocks 4, 5 cached -> the hit is 6 blocks
+    assert alloc.admit(window_seq(1, 30, prefix))
+    assert alloc.prefix_hit_tokens(1) == 24
+    assert alloc.first_window_block[1] == 4  # blocks 0..3 are null blocks in the window groups
+    alloc.release(1)
+    alloc.pool.release(taken)
+    # evict one more window block (seq 1 freed its blocks 5, 4 in that order: block 5 of one group
+    # goes first): no run of 2 cached blocks ends at 6, and block 0 is not cached: no hit
+    extra = alloc.pool.allocate(alloc.pool.num_free - alloc.pool.num_cached + 1)
+    alloc.pool.release(extra[:-1])
+    assert alloc.pool.num_cached == 2 * 5 - 1
+    assert alloc.admit(window_seq(2, 30, prefix))
+    assert alloc.prefix_hit_tokens(2) == 0
+
+
+def test_hybrid_hit_is_the_longest_every_group_serves() -> None:
+    from allocators import make_allocator
+
+    alloc = make_allocator(
+        "hybrid", capacity_tokens=100, block_size=4, enable_prefix_caching=True, **WINDOW_PLAN
+    )
+    assert alloc.admit(window_seq(0, 24, (1, 2, 3, 4, 5, 6)))
+    alloc.release(0)  # every named block cached, in every group
+    # shares 3 blocks (full groups hit 3); the window groups have blocks 1, 2 cached: hit 3 blocks
+    assert alloc.admit(window_seq(1, 24, (1, 2, 3, 9, 9, 9)))
+    assert alloc.prefix_hit_tokens(1) == 12
+    # the cap: prompt - 1 tokens in whole blocks, so a fully cached 24-token prompt hits 20
+    assert alloc.admit(window_seq(2, 24, (1, 2, 3, 4, 5, 6)))
+    assert alloc.prefix_hit_tokens(2) == 20
+    # its recomputed block 5 takes over the name from the cached (free) copy: nothing duplicated
+    assert alloc.breakdown().duplicated == 0
+    # the same prompt again: block 5 is recomputed into a new block while seq 2's copy is live, so
+    # one full-layer block (4 tokens x 1 layer) is duplicated (vLLM also keeps both copies)
+    assert alloc.admit(window_seq(3, 24, (1, 2, 3, 4, 5, 6)))
+    assert alloc.prefix_hit_tokens(3) == 20
+    assert alloc.breakdown().duplicated == 4
+    alloc.release(2)
+    assert alloc.breakdown().duplicated == 0
+    # hits are shared blocks: one physical copy, refcount = holders (full group, blocks 0..2)
+    assert all(alloc.pool.refcount[alloc._full[1][row]].tolist() == [2] for row in range(3))
