@@ -179,6 +179,9 @@ class Allocator(Protocol):
     # Whether `admit` may hold only the first chunk of the prompt and `grow` the rest chunk by chunk
     # (vLLM v1's per-chunk allocation under chunked prefill); slabs reserve everything at admission.
     allocates_per_chunk: bool
+    # Whether growing sequences can free memory (sliding windows drop blocks they no longer read), so
+    # a waiting request may fit in the middle of a decode stretch, not only when a request finishes.
+    frees_while_growing: bool
 
     def demand_tokens(self, seq: SeqSpec) -> int:
         """Slots this policy needs free, in one piece where the policy needs one, to admit `seq`."""
@@ -198,7 +201,9 @@ class Allocator(Protocol):
     def max_uniform_growth(self, seq_ids: np.ndarray, limit: int) -> int:
         """Largest k <= limit such that grow(seq_ids, k) would succeed for every sequence now.
 
-        Lets the engine jump k decode iterations at once without touching each sequence.
+        Lets the engine jump k decode iterations at once without touching each sequence. An allocator
+        whose growth frees memory (`frees_while_growing`) returns the largest k that needs no release,
+        which a jump and one-iteration stepping both reach.
         """
         ...
 
@@ -260,6 +265,7 @@ class AllocatorBase:
     name: str
     capacity_tokens: int
     allocates_per_chunk: bool = False  # admit holds the whole prompt (and a slab its whole reservation)
+    frees_while_growing: bool = False  # memory comes back only when a sequence is released
 
     def rejection_reason(self, seq: SeqSpec) -> str:
         """No reason of its own: the engine says the demand exceeds the cache."""

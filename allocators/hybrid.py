@@ -38,6 +38,8 @@ from allocators.windowed import LayerPlan
 class HybridPagedAllocator(AllocatorBase):
     """Full-attention groups hold every block; sliding-window groups only the blocks still in the window."""
 
+    frees_while_growing = True  # window groups drop blocks that slide out of the window
+
     _ROW_FILLS: dict[str, int | bool] = {
         "live": False,
         "lengths_tokens": 0,
@@ -227,7 +229,13 @@ class HybridPagedAllocator(AllocatorBase):
         self.first_window_block[sid] = new_first
 
     def max_uniform_growth(self, seq_ids: np.ndarray, limit: int) -> int:
-        """Largest k <= limit for which `grow(seq_ids, k)` succeeds for every sequence (exact)."""
+        """Largest k <= limit whose appended blocks the free pool holds outright, crediting no release.
+
+        Why not the exact bound of `grow(seq_ids, k)`: `grow` lets a sequence use blocks that the
+        sequences before it free over all k steps, while the engine stepping one iteration at a time
+        frees them step by step; a bound that credits no release is reached the same way by both, so
+        a jump of this length equals stepping it (tests/core/test_engine_jumps.py).
+        """
         seq_ids = np.asarray(seq_ids, dtype=np.int64)
         if limit <= 0:
             return 0
@@ -238,20 +246,16 @@ class HybridPagedAllocator(AllocatorBase):
             limit = min(limit, int(self.max_model_len - self.lengths_tokens[seq_ids].max()))
         if limit <= 0:
             return 0
-        free = self.pool.num_free
-        steps = np.arange(1, limit + 1, dtype=np.int64)
-        held_now = self._held_now(seq_ids)
-        # without any frees (an upper bound on every peak) the common case is decided at once
-        blocks_at_limit = ceil_div(self.lengths_tokens[seq_ids] + limit, self.block_size)
         groups = self.num_full_groups + self.num_window_groups
-        if int((blocks_at_limit - self.num_seq_blocks[seq_ids]).sum()) * groups <= free:
+        held = self.num_seq_blocks[seq_ids]
+        lengths = self.lengths_tokens[seq_ids]
+        free = self.pool.num_free
+        if int((ceil_div(lengths + limit, self.block_size) - held).sum()) * groups <= free:
             return limit
-        extra = self._usage_blocks(seq_ids, steps) - held_now[:, None]  # seqs x k
-        peak = np.maximum.accumulate(np.maximum(extra, 0), axis=1)
-        before = np.cumsum(extra, axis=0) - extra  # net blocks taken by the sequences before each one
-        fits = (peak <= free - before).all(axis=0)
-        feasible = np.flatnonzero(fits)
-        return int(feasible[-1]) + 1 if feasible.size else 0
+        steps = np.arange(1, limit + 1, dtype=np.int64)
+        appended = (ceil_div(lengths[:, None] + steps[None, :], self.block_size) - held[:, None]).sum(axis=0)
+        fits = appended * groups <= free  # monotone: true up to some k, then false (false at `limit`)
+        return int(np.argmin(fits))
 
     def release(self, seq_id: int) -> None:
         check_live_seq(self, seq_id)

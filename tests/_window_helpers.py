@@ -107,3 +107,21 @@ def check_hybrid_caching_all_free(alloc: Any) -> None:
         == alloc.pool.num_cached * alloc.block_slots
         == int(alloc.pool.has_key.sum()) * alloc.block_slots
     )
+
+
+def no_release_cap(alloc, seq_ids) -> int | None:
+    """Tokens the sequences may still grow within max_model_len (None: no cap)."""
+    if alloc.max_model_len is None:
+        return None
+    return int(alloc.max_model_len - alloc.lengths_tokens[seq_ids].max())
+
+
+def no_release_blocks(alloc, seq_ids, k: int) -> int:
+    """Blocks a hybrid allocator takes to grow `seq_ids` by k tokens with no release credited.
+
+    A memory-freeing allocator's `max_uniform_growth` is the largest k whose blocks fit in the free
+    pool by this count (the bound a jump and one-iteration stepping both reach).
+    """
+    groups = alloc.num_full_groups + alloc.num_window_groups
+    lengths, held = alloc.lengths_tokens[seq_ids], alloc.num_seq_blocks[seq_ids]
+    return int((-(-(lengths + k) // alloc.block_size) - held).sum()) * groups

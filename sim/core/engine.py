@@ -326,6 +326,10 @@ class Engine:
             limit = min(limit, max(1, self._next_export - sched.it))
         if limit <= 1:
             return 1, None
+        if self.alloc.frees_while_growing and (sched.waiting or sched.swapped):
+            # Growth frees memory here (sliding windows), so the blocked head of the queue may fit
+            # after any iteration, as it would when stepping: no jump while someone waits.
+            return 1, None
         gap_s = math.inf
         if not sched.waiting and not sched.swapped:
             # Nobody waits, so the next arrival would be admitted; with a blocked head of queue,

@@ -29,6 +29,8 @@ from _window_helpers import (
     check_hybrid_all_free,
     check_hybrid_caching,
     check_hybrid_caching_all_free,
+    no_release_blocks,
+    no_release_cap,
 )
 from hypothesis import event, settings
 from hypothesis import strategies as st
@@ -168,9 +170,12 @@ class AllocatorMachine(RuleBasedStateMachine):
         ids = np.array(chosen, dtype=np.int64)
         uniform = self.alloc.max_uniform_growth(ids, num_tokens)
         assert 0 <= uniform <= num_tokens
-        if uniform < num_tokens:  # exact: one more token would make someone fail
+        if uniform < num_tokens and not self.alloc.frees_while_growing:  # exact: one more token fails
             probe = copy.deepcopy(self.alloc)
             assert probe.grow(ids, uniform + 1).size > 0, "max_uniform_growth is not maximal"
+        elif uniform < num_tokens and uniform != no_release_cap(self.alloc, ids):
+            # growth frees memory: exact for the bound that credits no release
+            assert no_release_blocks(self.alloc, ids, uniform + 1) > self.alloc.pool.num_free
         before = {sid: self.model.length(sid) for sid in chosen}
         if self.alloc.breakdown(0).duplicated:
             event("grow: with duplicated content")
