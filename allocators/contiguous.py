@@ -146,7 +146,7 @@ class SlabAllocator(AllocatorBase):
         if num_tokens <= 0 or seq_ids.size == 0:
             return np.zeros(0, dtype=np.int64)
         new_lengths = self.lengths_tokens[seq_ids] + num_tokens
-        fits = new_lengths <= self.reserved_tokens[seq_ids]
+        fits = new_lengths <= self._growth_limit_tokens[seq_ids]
         self.lengths_tokens[seq_ids[fits]] = new_lengths[fits]
         return seq_ids[~fits]
 
@@ -156,8 +156,13 @@ class SlabAllocator(AllocatorBase):
             return 0
         if seq_ids.size == 0:
             return int(limit)
-        headroom = int((self.reserved_tokens[seq_ids] - self.lengths_tokens[seq_ids]).min())
+        headroom = int((self._growth_limit_tokens[seq_ids] - self.lengths_tokens[seq_ids]).min())
         return max(0, min(int(limit), headroom))
+
+    @property
+    def _growth_limit_tokens(self) -> np.ndarray:
+        """Per sequence, the length its slab lets it reach (the reservation; windowed slabs override)."""
+        return self.reserved_tokens
 
     def release(self, seq_id: int) -> None:
         check_live_seq(self, seq_id)

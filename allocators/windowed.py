@@ -131,23 +131,10 @@ class WindowedSlabAllocator(SlabAllocator):
         self._content_keys[seq.seq_id] = keys
         return True
 
-    def grow(self, seq_ids: np.ndarray, num_tokens: int = 1) -> np.ndarray:
-        seq_ids = np.asarray(seq_ids, dtype=np.int64)
-        if num_tokens <= 0 or seq_ids.size == 0:
-            return np.zeros(0, dtype=np.int64)
-        new_lengths = self.lengths_tokens[seq_ids] + num_tokens
-        fits = new_lengths <= self.cap_tokens[seq_ids]
-        self.lengths_tokens[seq_ids[fits]] = new_lengths[fits]
-        return seq_ids[~fits]
-
-    def max_uniform_growth(self, seq_ids: np.ndarray, limit: int) -> int:
-        seq_ids = np.asarray(seq_ids, dtype=np.int64)
-        if limit <= 0:
-            return 0
-        if seq_ids.size == 0:
-            return int(limit)
-        headroom = int((self.cap_tokens[seq_ids] - self.lengths_tokens[seq_ids]).min())
-        return max(0, min(int(limit), headroom))
+    @property
+    def _growth_limit_tokens(self) -> np.ndarray:
+        """A windowed slab grows up to its token cap (its full-layer reservation)."""
+        return self.cap_tokens
 
     def fork(self, parent_id: int, child: SeqSpec) -> bool:
         """The child gets its own slab and a copy of the parent's tokens (counted as token states)."""
