@@ -228,13 +228,29 @@ class HybridPagedAllocator(AllocatorBase):
         self.num_seq_blocks[sid] = new_blocks
         self.first_window_block[sid] = new_first
 
+    def _new_rows(self, seq_ids: np.ndarray, steps: np.ndarray) -> np.ndarray:
+        """Block rows each sequence appends growing by each of `steps` tokens (rows: seqs)."""
+        lengths = self.lengths_tokens[seq_ids][:, None] + steps[None, :]
+        return ceil_div(lengths, self.block_size) - self.num_seq_blocks[seq_ids][:, None]
+
+    def _grows_without_frees(self, seq_ids: np.ndarray, num_tokens: int) -> bool:
+        """Whether the free pool holds every block the growth appends, crediting no release."""
+        if (
+            self.max_model_len is not None
+            and self.lengths_tokens[seq_ids].max() + num_tokens > self.max_model_len
+        ):
+            return False
+        new_rows = self._new_rows(seq_ids, np.array([num_tokens], dtype=np.int64))
+        groups = self.num_full_groups + self.num_window_groups
+        return int(new_rows.sum()) * groups <= self.pool.num_free
+
     def max_uniform_growth(self, seq_ids: np.ndarray, limit: int) -> int:
         """Largest k <= limit whose appended blocks the free pool holds outright, crediting no release.
 
         Why not the exact bound of `grow(seq_ids, k)`: `grow` lets a sequence use blocks that the
         sequences before it free over all k steps, while the engine stepping one iteration at a time
         frees them step by step; a bound that credits no release is reached the same way by both, so
-        a jump of this length equals stepping it (tests/core/test_engine_jumps.py).
+        a jump of this length equals stepping it (tests/core/test_hybrid_prefix_caching.py).
         """
         seq_ids = np.asarray(seq_ids, dtype=np.int64)
         if limit <= 0:
@@ -246,16 +262,12 @@ class HybridPagedAllocator(AllocatorBase):
             limit = min(limit, int(self.max_model_len - self.lengths_tokens[seq_ids].max()))
         if limit <= 0:
             return 0
-        groups = self.num_full_groups + self.num_window_groups
-        held = self.num_seq_blocks[seq_ids]
-        lengths = self.lengths_tokens[seq_ids]
-        free = self.pool.num_free
-        if int((ceil_div(lengths + limit, self.block_size) - held).sum()) * groups <= free:
+        if self._grows_without_frees(seq_ids, limit):
             return limit
-        steps = np.arange(1, limit + 1, dtype=np.int64)
-        appended = (ceil_div(lengths[:, None] + steps[None, :], self.block_size) - held[:, None]).sum(axis=0)
-        fits = appended * groups <= free  # monotone: true up to some k, then false (false at `limit`)
-        return int(np.argmin(fits))
+        new_rows = self._new_rows(seq_ids, np.arange(1, limit + 1, dtype=np.int64))
+        groups = self.num_full_groups + self.num_window_groups
+        fits = new_rows.sum(axis=0) * groups <= self.pool.num_free
+        return int(np.argmin(fits))  # monotone: true up to some k, then false (false at `limit`)
 
     def release(self, seq_id: int) -> None:
         check_live_seq(self, seq_id)

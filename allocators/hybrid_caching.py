@@ -321,22 +321,6 @@ class HybridPrefixCachingAllocator(HybridPagedAllocator):
         extra = self._usage_blocks(ids, steps)[0] - self._held_now(ids)[0] + kept
         return max(0, int(extra.max()))
 
-    def _new_rows(self, seq_ids: np.ndarray, steps: np.ndarray) -> np.ndarray:
-        """Block rows each sequence appends growing by each of `steps` tokens (rows: seqs)."""
-        lengths = self.lengths_tokens[seq_ids][:, None] + steps[None, :]
-        return ceil_div(lengths, self.block_size) - self.num_seq_blocks[seq_ids][:, None]
-
-    def _grows_without_frees(self, seq_ids: np.ndarray, num_tokens: int) -> bool:
-        """Whether the free pool holds every block the growth appends, crediting no release."""
-        if (
-            self.max_model_len is not None
-            and self.lengths_tokens[seq_ids].max() + num_tokens > self.max_model_len
-        ):
-            return False
-        new_rows = self._new_rows(seq_ids, np.array([num_tokens], dtype=np.int64))
-        groups = self.num_full_groups + self.num_window_groups
-        return int(new_rows.sum()) * groups <= self.pool.num_free
-
     def grow(self, seq_ids: np.ndarray, num_tokens: int = 1) -> np.ndarray:
         """As without caching, except that growth the free pool holds outright runs step by step.
 
@@ -362,27 +346,6 @@ class HybridPrefixCachingAllocator(HybridPagedAllocator):
             self._advance(int(seq_ids[row]), int(lengths_now[row]) + step + 1)
         self.lengths_tokens[seq_ids] = lengths_now + num_tokens
         return _EMPTY
-
-    def max_uniform_growth(self, seq_ids: np.ndarray, limit: int) -> int:
-        """Largest k <= limit whose appended blocks the free pool holds outright, crediting no
-        release: a lower bound on what `grow` allows (exact without releases in the jump), and the
-        growth `grow` replays step by step (see `grow`)."""
-        seq_ids = np.asarray(seq_ids, dtype=np.int64)
-        if limit <= 0:
-            return 0
-        if seq_ids.size == 0:
-            return int(limit)
-        limit = int(limit)
-        if self.max_model_len is not None:
-            limit = min(limit, int(self.max_model_len - self.lengths_tokens[seq_ids].max()))
-        if limit <= 0:
-            return 0
-        if self._grows_without_frees(seq_ids, limit):
-            return limit
-        new_rows = self._new_rows(seq_ids, np.arange(1, limit + 1, dtype=np.int64))
-        groups = self.num_full_groups + self.num_window_groups
-        fits = new_rows.sum(axis=0) * groups <= self.pool.num_free
-        return int(np.argmin(fits))  # fits is monotone and fails at `limit`
 
     # ---- accounting ----------------------------------------------------------------------
     def _out_of_window_slots(self, ids: np.ndarray, read_from: np.ndarray) -> int:

@@ -28,7 +28,7 @@ from sim.cost.limits import check_step_cost
 from sim.cost.linear import _compute_params
 from sim.cost.network import AllReduceModel
 from sim.cost.overhead import DEFAULT_ENGINE
-from sim.cost.parts import step_parts
+from sim.cost.parts import is_linear_profile, step_parts
 
 if TYPE_CHECKING:
     from sim.scenario.scenario import Scenario
@@ -201,8 +201,8 @@ class CostModel:
         `step_overhead_s` override the GPU's fitted fractions and the engine's overhead.
         """
         model, gpu, tp = scenario.model_spec(), scenario.gpu_spec(), scenario.tensor_parallel_size
-        if profile is None and scenario.calibration:
-            profile = load_calibration(scenario.calibration)
+        if profile is None and scenario.calibration and not is_linear_profile(scenario.calibration):
+            profile = load_calibration(scenario.calibration)  # a CSV calibrates the linear layers instead
         paged = scenario.allocator.entry().block_table_layout  # attention gathers through a block table
         block_size = scenario.block_size
         layout_factor = analytic_layout_factor(block_size) if paged else 1.0

@@ -9,9 +9,11 @@ to work before and after the scenario gains an `engine` field (issue 12), hence 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sim.cost.linear import LayerCoefficients, LayerShape
+from sim.cost.linear import LayerCoefficients, LayerShape, LinearFit
 from sim.cost.network import AllReduceModel
 from sim.cost.overhead import DEFAULT_ENGINE, engine_overhead
 from sim.errors import ScenarioError
@@ -57,6 +59,34 @@ def scenario_engine(scenario: Any, engine: str | None = None) -> str:
     return str(getattr(name, "value", name)).strip().lower()
 
 
+def is_linear_profile(path: str | None) -> bool:
+    """Whether a `--calibration` file is a linear-layer profile (Vidur's CSV format), not a gpu/ JSON."""
+    return path is not None and str(path).lower().endswith(".csv")
+
+
+def linear_fit(calibration: str | None, gpu: Any) -> LinearFit:
+    """The linear-layer coefficients: fitted to a `--calibration` CSV when one is given (a profile that
+    `gpu/run_device.sh` writes, or any file `kvsim cost validate` reads), else the GPU's stored fit."""
+    if not is_linear_profile(calibration):
+        return gpu_linear_fit(gpu.name)
+    path = Path(str(calibration)).resolve()
+    try:
+        stamp = path.stat().st_mtime_ns
+    except OSError as exc:
+        raise ScenarioError(f"field 'calibration': {calibration}: cannot read ({exc.strerror})") from None
+    return _fit_profile(str(path), stamp, float(gpu.hbm_bandwidth_bytes_per_s), float(gpu.peak_flops))
+
+
+@lru_cache(maxsize=16)
+def _fit_profile(path: str, stamp_ns: int, hbm_bytes_per_s: float, peak_flops: float) -> LinearFit:
+    """One Nelder-Mead fit per file version and GPU (~50 ms; sweeps build many cost models)."""
+    from sim.cost.fit import ProfileArrays, fit_linear
+    from sim.cost.profiles import read_linear_profile
+
+    rows = ProfileArrays.of(read_linear_profile(path))
+    return fit_linear([rows], hbm_bytes_per_s, peak_flops, source=f"fitted to {Path(path).name}")
+
+
 def step_parts(scenario: Scenario, engine: str | None = None) -> StepParts:
     """All coefficients of the scenario's step time that do not depend on the KV layout."""
     model, gpu, tp = scenario.model_spec(), scenario.gpu_spec(), scenario.tensor_parallel_size
@@ -65,7 +95,7 @@ def step_parts(scenario: Scenario, engine: str | None = None) -> StepParts:
         overhead = engine_overhead(name)
     except ValueError as exc:
         raise ScenarioError(f"field 'engine': {exc}") from None
-    fit = gpu_linear_fit(gpu.name)
+    fit = linear_fit(scenario.calibration, gpu)
     hbm = explicit_value(scenario, "hbm_efficiency")
     flops = explicit_value(scenario, "flops_efficiency")
     per_layer = LayerCoefficients.of(LayerShape.from_model(model), tp, compute_params=None)
@@ -95,4 +125,4 @@ def step_parts(scenario: Scenario, engine: str | None = None) -> StepParts:
     )
 
 
-__all__ = ["StepParts", "explicit_value", "scenario_engine", "step_parts"]
+__all__ = ["StepParts", "explicit_value", "is_linear_profile", "linear_fit", "scenario_engine", "step_parts"]

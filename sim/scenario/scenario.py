@@ -258,7 +258,7 @@ class Scenario(BaseModel):
     seed: int = Field(default=0, ge=0)
     duration_s: float | None = Field(default=None, gt=0)
     num_prompts: int | None = Field(default=None, ge=1)  # None (and no duration_s): 1000
-    calibration: str | None = None  # calibration profile JSON from gpu/
+    calibration: str | None = None  # gpu/ profile JSON (KV reads), or a linear-layer profile CSV
     export_layouts_every: int | None = Field(default=None, ge=1)  # steps
     # Cost model knobs (docs/cost_model.md "Cost model").
     # What-if knobs of the cost model; None (the default) means the engine preset's overhead and the

@@ -11,6 +11,7 @@ import pytest
 from sim.cli import main
 from sim.cost.fit import fit_all_reduce, fit_linear, load_profiles, mape_pct, nelder_mead
 from sim.cost.network import ALL_REDUCE_TABLES
+from sim.errors import ScenarioError
 from sim.scenario.presets import GPU_LINEAR_FITS, gpu_preset
 
 PROFILES = Path(__file__).resolve().parents[2].parent / "shared" / "profiles"
@@ -143,3 +144,28 @@ def test_bad_files_are_one_line_and_exit_2(
 def test_missing_file_is_one_line(tmp_path: Path, capsys) -> None:
     code, _, err = run_cli(["cost", "validate", str(tmp_path / "a100_nope.mlp.csv")], capsys)
     assert code == 2 and "not found" in err and err.count("\n") == 1
+
+
+def test_calibration_accepts_a_linear_layer_profile(tmp_path: Path) -> None:
+    """A Vidur-format CSV (what gpu/run_device.sh writes) as --calibration refits the linear layers."""
+    from sim.cost.fit import ProfileArrays
+    from sim.cost.model import CostModel
+    from sim.cost.profiles import read_linear_profile
+    from sim.scenario import default_scenario
+
+    path = tmp_path / "linear.mlp.csv"
+    path.write_text(_HEADER + "\n" + _ROW + "\n" + _ROW.replace(",True,1,1", ",True,2048,1") + "\n")
+    base = default_scenario()
+    gpu = base.gpu_spec()
+    expected = fit_linear(
+        [ProfileArrays.of(read_linear_profile(path))], gpu.hbm_bandwidth_bytes_per_s, gpu.peak_flops, "x"
+    )
+    stored = CostModel.from_scenario(base)
+    calibrated = CostModel.from_scenario(base.with_overrides(calibration=str(path)))
+    assert calibrated.describe()["linear_fit_source"] == "fitted to linear.mlp.csv"
+    assert calibrated.hbm_bytes_per_s == gpu.hbm_bandwidth_bytes_per_s * expected.hbm_fraction
+    assert calibrated.flops_per_s == gpu.peak_flops * expected.flops_fraction
+    assert calibrated.linear_time_s(2048) != stored.linear_time_s(2048)
+    assert calibrated.layout_factor == stored.layout_factor  # the KV-read part is not a CSV's business
+    with pytest.raises(ScenarioError, match="field 'calibration'"):
+        CostModel.from_scenario(base.with_overrides(calibration=str(tmp_path / "missing.csv")))
