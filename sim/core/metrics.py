@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import mmap
 from array import array
+from itertools import chain
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -260,6 +261,11 @@ def _string_column(codes: np.ndarray, names: list[str]) -> Any:
     return pd.array(np.array(names, dtype=object)[codes], dtype=object)
 
 
+# Kept step rows buffered before one write into the columns (StepRecorder.offer): ~0.5 MB of Python
+# objects at most, and a block large enough that the per-block NumPy calls do not count.
+_FLUSH_ROWS = 1024
+
+
 class StepRecorder:
     """Bounded per-step table: every row until `max_rows`, then every 2nd kept and the stride doubled.
 
@@ -289,18 +295,26 @@ class StepRecorder:
         self._ints = np.frombuffer(
             self._buffer, np.int64, count=num_ints * max_rows, offset=2 * max_rows * 8
         ).reshape(num_ints, max_rows)
+        # kept rows not yet in the columns: (time_s, duration_s, row), written in blocks by `_flush`
+        self._pending: list[tuple[float, float, StepRow]] = []
 
     def skip(self) -> None:
         """Count a row the caller did not build because it would not be kept (`seen % stride != 0`)."""
         self.seen += 1
 
     def offer(self, time_s: float, duration_s: float, row: StepRow) -> None:
-        """Offer one row; it is kept when it falls on the stride."""
+        """Offer one row; it is kept when it falls on the stride.
+
+        Kept rows wait in a list and reach the columns `_FLUSH_ROWS` at a time: one `fromiter` per
+        block costs less than storing a row's 19 Python numbers into the columns one row at a time
+        (issue 16); `size` counts them already, so the sampling rule is unchanged.
+        """
         keep = self.seen % self.stride == 0
         self.seen += 1
         if not keep:
             return
         if self.size == self.max_rows:
+            self._flush()
             half = self.max_rows // 2 + self.max_rows % 2
             self._time_s[:half] = self._time_s[0 : self.max_rows : 2]
             self._duration_s[:half] = self._duration_s[0 : self.max_rows : 2]
@@ -311,11 +325,25 @@ class StepRecorder:
             self._release_rows(half)
             if (self.seen - 1) % self.stride != 0:
                 return
-        i = self.size
-        self._time_s[i] = time_s
-        self._duration_s[i] = duration_s
-        self._ints[:, i] = row
-        self.size = i + 1
+        pending = self._pending
+        pending.append((time_s, duration_s, row))
+        self.size += 1
+        if len(pending) == _FLUSH_ROWS:
+            self._flush()
+
+    def _flush(self) -> None:
+        """Write the pending rows into the columns (they are the last `len(pending)` of `size`)."""
+        pending = self._pending
+        count = len(pending)
+        if not count:
+            return
+        start = self.size - count
+        self._time_s[start : self.size] = np.fromiter((p[0] for p in pending), np.float64, count)
+        self._duration_s[start : self.size] = np.fromiter((p[1] for p in pending), np.float64, count)
+        width = len(self._INT_COLUMNS)
+        ints = np.fromiter(chain.from_iterable(p[2] for p in pending), np.int64, count * width)
+        self._ints[:, start : self.size] = ints.reshape(count, width).T
+        pending.clear()
 
     def _release_rows(self, start: int) -> None:
         """Give the pages of rows >= `start` of every column back to the OS (they read as 0 after)."""
@@ -330,6 +358,7 @@ class StepRecorder:
 
     def to_frame(self) -> pd.DataFrame:
         """The steps table; its columns are views of this recorder's buffers (record nothing after)."""
+        self._flush()
         n = self.size
         data: dict[str, Any] = {}
         ints = {name: self._ints[j, :n] for j, name in enumerate(self._INT_COLUMNS)}
