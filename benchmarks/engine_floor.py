@@ -1,4 +1,4 @@
-"""Where the engine's time goes: the same run with the paged allocator and with an allocator that does nothing.
+"""Where the engine's time goes: one run with the paged allocator, one with an allocator that does nothing.
 
 Why: issue 16 asks for the engine within 6x of a bare SimPy loop. This splits the gap, in one run on
 one machine, into the part the paged allocator costs (block tables, growth, the exact jump
