@@ -20,13 +20,15 @@ class AllocatorConfigError(ValueError):
     """A bad allocator argument: the message says what is wrong and what is allowed."""
 
 
-@dataclass(frozen=True, slots=True)
-class SeqSpec:
+class SeqSpec(NamedTuple):
     """What an allocator may know about a sequence when it is admitted.
 
     `output_tokens` is the true length: only the accounting (`breakdown`) and the explicit
     `oracle`/`pow2` reservation policies may read it. Seq ids are small non-negative ints that the
     engine assigns densely, so allocators may index NumPy arrays by them.
+
+    Why a NamedTuple (immutable, hashable, fields by name): the scheduler builds one or two per
+    request, and a tuple is built in a quarter of the time of a frozen dataclass (issue 16).
     """
 
     seq_id: int
