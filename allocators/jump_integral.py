@@ -157,9 +157,9 @@ def paged_breakdown_integral(
         if not alloc._num_cow_flagged and seq_ids.size == alloc._num_live:
             internal_now_sum = alloc._never_tokens
         else:
-            internal_now_sum = np.maximum(0, held - final).sum()
+            internal_now_sum = np.add.reduce(np.maximum(0, held - final))
         internal_delta = float(
-            (tail * suffix_s[np.minimum(starts, steps)]).sum() - internal_now_sum * total_s
+            np.add.reduce(tail * suffix_s[np.minimum(starts, steps)]) - internal_now_sum * total_s
         )
     else:  # nobody holds or reaches its final block: every term is 0
         internal_delta = 0.0

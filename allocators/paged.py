@@ -465,14 +465,14 @@ class PagedAllocator(AllocatorBase):
         if seq_ids.size > self.pool.num_free or not (grown_lengths <= caps).all():
             return False
         have = self.num_seq_blocks[seq_ids]
-        self._ensure_columns(int(have.max()) + 1)
+        self._ensure_columns(int(np.maximum.reduce(have)) + 1)  # the ufuncs: no method wrapper per call
         self._tables[self.table_slot[seq_ids], have] = self.pool.allocate(seq_ids.size)
         have += 1
         self.num_seq_blocks[seq_ids] = have
         held = have * self.block_size
         self._held_slots += seq_ids.size * self.block_size
         # below the final length before, so nothing was never-filled; now the final block may be held
-        self._never_tokens += int(np.maximum(held - self.final_tokens[seq_ids], 0).sum())
+        self._never_tokens += int(np.add.reduce(np.maximum(held - self.final_tokens[seq_ids], 0)))
         self.quiet_limit_tokens[seq_ids] = np.minimum(held, caps)
         return True
 
@@ -597,7 +597,7 @@ class PagedAllocator(AllocatorBase):
             return int(limit)
         lengths = self.lengths_tokens[seq_ids]
         if self.max_model_len is not None:
-            limit = min(int(limit), self.max_model_len - int(lengths.max()))
+            limit = min(int(limit), self.max_model_len - int(np.maximum.reduce(lengths)))
             if limit <= 0:
                 return 0
         # Each sequence needs at most ceil(limit / block_size) new blocks (lengths never exceed the

@@ -264,7 +264,7 @@ class Engine:
                     duration += cost.swap_time_s(plan.swap_tokens)
                 integrals.add_constant(first, duration)
             else:
-                duration = float(step_durations.sum())
+                duration = float(np.add.reduce(step_durations))  # = .sum(), without its Python wrapper
                 sums = exact_integral(
                     sched.decode_ids(), step_durations, demand, first=first, total_s=duration
                 )
