@@ -200,6 +200,8 @@ def register(app: typer.Typer) -> None:
             )
         for line in plan.cost_lines():
             console.print(line, highlight=False)
+        for name, reason in plan.skipped.items():
+            console.print(f"skipped {name}: {reason}", highlight=False, markup=False, soft_wrap=True)
         for key, error in plan.failures.items():
             console.print(f"[red]failed[/] {key}: {error}", highlight=False)
         if output is not None:

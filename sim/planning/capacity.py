@@ -45,6 +45,9 @@ class CapacityPlan:
     target_rate_req_s: float | None
     rows: list[dict[str, Any]]
     failures: dict[str, str] = field(default_factory=dict)
+    # allocator family -> why it was left out: with the default (every family), one that refuses the
+    # scenario's model at every max_model_len and TP (hybrid on a model without window layers)
+    skipped: dict[str, str] = field(default_factory=dict)
     queue_slope_tolerance: float = DEFAULT_QUEUE_SLOPE_TOLERANCE
     gpu_hour_cost: float | None = None  # USD per GPU-hour; rows then carry USD figures (capacity_cost.py)
 
@@ -123,6 +126,7 @@ class CapacityPlan:
             "gpus_needed": self.gpu_plan(),
             "rows": self.rows,
             "failures": self.failures,
+            "skipped_allocators": self.skipped,
         }
 
     def to_frame(self) -> Any:
@@ -235,6 +239,24 @@ def _default_allocators() -> list[str]:
     return list(allocators.available())
 
 
+def _refusal(scenario: Any) -> str | None:
+    """The allocator's own one-line refusal of `scenario` (its model, max_model_len, TP), or None.
+
+    Asks the family itself, by building the allocator the run would build (cheap: no simulation), so
+    no family is named here; the error's leading "<family>: " is dropped, the caller names it.
+    """
+    import allocators
+    from sim.sweeps.spec import one_line
+
+    try:
+        scenario.make_allocator()
+    except allocators.AllocatorConfigError as exc:
+        text = one_line(exc)
+        prefix = f"{scenario.allocator.name}: "
+        return text[len(prefix) :] if text.startswith(prefix) else text
+    return None
+
+
 def _model_max_len(scenario: Any) -> int | None:
     try:
         return int(scenario.model_spec().max_context_tokens)
@@ -301,8 +323,10 @@ def capacity(
             raise CapacityError(f"argument 'max_model_lens': values must be >= 1 (got {value})")
 
     plan_jobs: list[tuple[str, PlanJob]] = []
+    skipped: dict[str, str] = {}
     for name in names:
         combos = [(n, base_tp) for n in lens] + [(base_len, t) for t in tps if t != base_tp]
+        family_jobs: list[tuple[str, PlanJob]] = []
         for mml, tp in combos:
             key = f"{name}|{mml}|{tp}"
             try:
@@ -315,7 +339,7 @@ def capacity(
                 raise CapacityError(
                     f"allocator={name}, max_model_len={mml}, TP={tp}: {one_line(exc)}"
                 ) from exc
-            plan_jobs.append(
+            family_jobs.append(
                 (
                     key,
                     PlanJob(
@@ -323,6 +347,14 @@ def capacity(
                     ),
                 )
             )
+        if not allocators:
+            # Not asked for by name: a family that refuses this model at every row is left out with
+            # one line (an allocator the user named keeps failing its rows with its own error).
+            refusals = [_refusal(job.scenario) for _, job in family_jobs]
+            if all(refusals):
+                skipped[name] = str(refusals[0])
+                continue
+        plan_jobs.extend(family_jobs)
 
     executor = make_executor(
         jobs=min(jobs or os.cpu_count() or 1, len(plan_jobs))
@@ -357,6 +389,7 @@ def capacity(
         target_rate_req_s=target_rate_req_s,
         rows=rows,
         failures=failures,
+        skipped=skipped,
         queue_slope_tolerance=queue_slope_tolerance,
         gpu_hour_cost=gpu_hour_cost,
     )

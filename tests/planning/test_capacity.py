@@ -335,3 +335,36 @@ def test_max_stable_rate_is_the_bisection_kvsim_capacity_runs(known_plan) -> Non
         if probe.ok
         for record in probe.evidence[-1:]
     )
+
+
+def test_default_allocators_skip_a_family_that_refuses_the_model_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """OPT-13B has no sliding-window layers: with the default allocators, hybrid (which refuses such a
+    model) is left out with one line instead of failing every row and exiting 1; named with
+    --allocators, it keeps failing with its own one-line error."""
+    # two families stand for "every registered one": only paged is simulated, so the test stays fast
+    monkeypatch.setattr("sim.planning.capacity._default_allocators", lambda: ["paged", "hybrid"])
+    scenario_file = tmp_path / "known.toml"
+    scenario_file.write_text(Scenario.from_dict({**KNOWN, "num_prompts": 20}).to_toml())
+    args = ["capacity", "--config", str(scenario_file), "--slo-ttft-p99", "15ms", "--max-model-lens", "2K"]
+    args += ["--rate-min", "2", "--rate-max", "40", "--rate-tol", "0.2", "--jobs", "1"]
+    refusal = "the model has no sliding-window layers (num_window_layers 0); use paged"
+
+    def run(extra: list[str]) -> tuple[int, str]:
+        try:
+            main(args + extra)
+            code = 0
+        except SystemExit as exc:
+            code = int(exc.code or 0)
+        return code, capsys.readouterr().out
+
+    code, out = run([])
+    assert code == 0, out
+    assert [line for line in out.splitlines() if "hybrid" in line] == [f"skipped hybrid: {refusal}"]
+    assert not [line for line in out.splitlines() if line.startswith("failed")] and "paged" in out
+
+    code, out = run(["--allocators", "hybrid"])
+    assert code == 1
+    assert f"failed hybrid|2048|1: AllocatorConfigError: hybrid: {refusal}" in out
+    assert "skipped" not in out

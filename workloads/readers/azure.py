@@ -49,7 +49,9 @@ def seconds_from_first(raw_time: np.ndarray) -> tuple[np.ndarray, RowCheck]:
     unknown. Differences are taken in whole seconds plus nanoseconds, so two stamps centuries apart do
     not overflow int64 nanoseconds (the span rule of workloads.schema then refuses them).
     """
-    text = pd.Series(raw_time, dtype=object).astype(str)
+    # object dtype, not `astype(str)`: pandas 3 would build Arrow strings, whose memory pool keeps
+    # ~10 MB resident after the read (issue 16's RSS bound); the parsed values are the same
+    text = pd.Series([str(value) for value in raw_time], dtype=object)
     zoned = text.str.contains(_ZONE).to_numpy(dtype=bool)
     present = text.str.strip().ne("").to_numpy(dtype=bool)
     first = np.flatnonzero(present)

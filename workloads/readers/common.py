@@ -12,7 +12,8 @@ import csv
 import json
 import math
 import os
-from collections.abc import Mapping, Sequence
+from array import array
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -83,29 +84,49 @@ def csv_rows(text: str, file: str) -> CsvRows:
     """Split CSV text into rows, keeping line numbers; wrong field counts become row problems.
 
     Fully blank lines carry no request and are not rows. A short last line is reported as truncated.
+    The csv reader is streamed into one list per column: no list of all rows' field lists is built,
+    so the transient Python objects of a read stay few (issue 16's RSS bound).
     """
-    lines = text.splitlines()
-    numbered = [(i + 1, line) for i, line in enumerate(lines) if line.strip()]
-    if not numbered:
+    nonblank = array("q")  # 1-based number of each non-blank line handed to the csv reader
+
+    def lines() -> Iterator[str]:
+        for i, line in enumerate(text.splitlines()):
+            if line.strip():
+                nonblank.append(i + 1)
+                yield line
+
+    reader = csv.reader(lines())
+    parsed_header = next(reader, None)
+    if parsed_header is None:
         raise WorkloadError("empty file", file=file)
-    parsed = list(csv.reader([line for _, line in numbered]))
-    header = [h.strip() for h in parsed[0]]
+    header = [h.strip() for h in parsed_header]
+    width = len(header)
+    fields: list[list[str]] = [[] for _ in range(width)]
+    sizes = array("q")
+    for row in reader:
+        size = len(row)
+        sizes.append(size)
+        if size == width:
+            for values, value in zip(fields, row, strict=True):
+                values.append(value.strip())
+        else:
+            for j, values in enumerate(fields):
+                values.append(row[j].strip() if j < size else "")
     duplicated = next((name for j, name in enumerate(header) if name in header[:j]), None)
     if duplicated is not None:
         # Which of the two columns would be the data? Refuse rather than silently take one of them.
         raise WorkloadError(
-            "column name appears twice in the header", file=file, row=numbered[0][0], field=duplicated
+            "column name appears twice in the header", file=file, row=nonblank[0], field=duplicated
         )
-    rows = parsed[1:]
-    if not rows:
-        raise WorkloadError("no requests (only a header line)", file=file, row=numbered[0][0])
-    line_numbers = np.fromiter((n for n, _ in numbered[1:]), dtype=np.int64, count=len(rows))
-    width = len(header)
-    counts = np.fromiter((len(r) for r in rows), dtype=np.int64, count=len(rows))
+    num_rows = len(sizes)
+    if not num_rows:
+        raise WorkloadError("no requests (only a header line)", file=file, row=nonblank[0])
+    line_numbers = np.array(nonblank[1 : 1 + num_rows], dtype=np.int64)
+    counts = np.array(sizes, dtype=np.int64)
     problems: list[RowCheck] = []
     short = counts < width
     if short.any():
-        last = len(rows) - 1
+        last = num_rows - 1
 
         def short_reason(i: int) -> str:
             what = "truncated line" if i == last else "missing fields"
@@ -117,8 +138,9 @@ def csv_rows(text: str, file: str) -> CsvRows:
     if long.any():
         problems.append(RowCheck(header[-1], long, lambda i: f"{counts[i]} fields, the header has {width}"))
     columns: dict[str, np.ndarray] = {}
-    for j, name in enumerate(header):
-        columns[name] = np.array([r[j].strip() if j < len(r) else "" for r in rows], dtype=object)
+    for name, values in zip(header, fields, strict=True):
+        columns[name] = np.array(values, dtype=object)
+        values.clear()
     return CsvRows(header, columns, line_numbers, problems)
 
 
