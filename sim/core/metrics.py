@@ -338,10 +338,11 @@ class StepRecorder:
         if not count:
             return
         start = self.size - count
-        self._time_s[start : self.size] = np.fromiter((p[0] for p in pending), np.float64, count)
-        self._duration_s[start : self.size] = np.fromiter((p[1] for p in pending), np.float64, count)
+        times_s, durations_s, rows = zip(*pending, strict=True)  # C loops only: no Python call per row
+        self._time_s[start : self.size] = np.fromiter(times_s, np.float64, count)
+        self._duration_s[start : self.size] = np.fromiter(durations_s, np.float64, count)
         width = len(self._INT_COLUMNS)
-        ints = np.fromiter(chain.from_iterable(p[2] for p in pending), np.int64, count * width)
+        ints = np.fromiter(chain.from_iterable(rows), np.int64, count * width)
         self._ints[:, start : self.size] = ints.reshape(count, width).T
         pending.clear()
 
