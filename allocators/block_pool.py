@@ -33,6 +33,9 @@ class FreeBlockQueue:
         self._tail = num_blocks
         self.num_free = num_blocks
         self._num_stale = 0  # invalid entries between head and tail (left behind by `remove`)
+        # Whether any block's stamp was ever raised: until then every stamp, and every entry's stamp,
+        # is 0, so pushes need not copy stamps (most runs: without prefix-cache hits nothing is removed)
+        self._stamps_raised = False
 
     def _valid(self, start: int, stop: int) -> np.ndarray:
         blocks = self._entries[start:stop]
@@ -63,9 +66,11 @@ class FreeBlockQueue:
             self._compact(start=max(count, (self._entries.size - live) // 2))
         if self._num_stale:
             self._stamp[blocks] += 1
+            self._stamps_raised = True
         self._head -= count
         self._entries[self._head : self._head + count] = blocks
-        self._entry_stamps[self._head : self._head + count] = self._stamp[blocks]
+        if self._stamps_raised:
+            self._entry_stamps[self._head : self._head + count] = self._stamp[blocks]
         self.in_queue[blocks] = True
         self.num_free += count
 
@@ -78,8 +83,10 @@ class FreeBlockQueue:
             self._compact()
         if self._num_stale:  # a new stamp invalidates a removed block's old entry still in the queue
             self._stamp[blocks] += 1
+            self._stamps_raised = True
         self._entries[self._tail : self._tail + count] = blocks
-        self._entry_stamps[self._tail : self._tail + count] = self._stamp[blocks]
+        if self._stamps_raised:
+            self._entry_stamps[self._tail : self._tail + count] = self._stamp[blocks]
         self._tail += count
         self.in_queue[blocks] = True
         self.num_free += count
