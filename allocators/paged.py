@@ -41,6 +41,11 @@ _EMPTY_IDS = np.zeros(0, dtype=np.int64)
 # (`_append_lean_few`); measured faster than the vectorised path below about 13 of them
 # (`benchmarks/lean_crossover.py`: ~0.6 us per sequence + ~3 us against ~11 us for NumPy).
 _LEAN_LOOP_MAX = 12
+# Up to this many sequences in one grow are handled by a scalar loop (`_grow_few`) instead of the
+# vectorised tiers: the sequence that just finished its prefill, a chunk's one sequence, a small
+# batch. `benchmarks/lean_crossover.py` (second table): the loop costs ~1.2 us + ~0.3 us a sequence
+# against ~3 us for the tiers, and stops winning at about 10 sequences.
+_SCALAR_GROW_MAX = 8
 
 
 def _has_named_content(seq: SeqSpec) -> bool:
@@ -434,6 +439,8 @@ class PagedAllocator(AllocatorBase):
         seq_ids = np.asarray(seq_ids, dtype=np.int64)
         if num_tokens <= 0 or seq_ids.size == 0:
             return _EMPTY_IDS
+        if seq_ids.size <= _SCALAR_GROW_MAX and num_tokens <= self.block_size:
+            return self._grow_few(seq_ids.tolist(), num_tokens)
         lengths = self.lengths_tokens[seq_ids]
         grown_lengths = lengths + num_tokens
         eventful = grown_lengths > self.quiet_limit_tokens[seq_ids]  # a mask: one index op per use
@@ -453,6 +460,29 @@ class PagedAllocator(AllocatorBase):
         self.lengths_tokens[event_ids] = lengths[eventful]
         self._stored_tokens -= event_ids.size * num_tokens
         return self._grow_general(event_ids, num_tokens)
+
+    def _grow_few(self, seq_ids: list[int], num_tokens: int) -> np.ndarray:
+        """`grow` for a handful of sequences (`num_tokens` <= block_size), in Python scalars.
+
+        Why: the sequence that just finished its prefill grows alone (one per prefill-only step),
+        and a chunk grows its one sequence; the vectorised tiers cost ~6 NumPy calls for that. The
+        same tiers in the same order: quiet sequences only grow, the rest take the lean append or,
+        undone, the general rule.
+        """
+        lengths, quiet = self.lengths_tokens, self.quiet_limit_tokens
+        events: list[int] = []
+        for seq_id in seq_ids:
+            grown_length = lengths.item(seq_id) + num_tokens
+            lengths[seq_id] = grown_length
+            if grown_length > quiet.item(seq_id):
+                events.append(seq_id)
+        self._stored_tokens += len(seq_ids) * num_tokens
+        if not events or self._append_lean_few(events):
+            return _EMPTY_IDS
+        for seq_id in events:  # undo the eventful sequences' growth and redo it under the general rule
+            lengths[seq_id] -= num_tokens
+        self._stored_tokens -= len(events) * num_tokens
+        return self._grow_general(np.asarray(events, dtype=np.int64), num_tokens)
 
     def _append_lean(self, seq_ids: np.ndarray, grown_lengths: np.ndarray) -> bool:
         """One fresh block for each sequence (already grown past its quiet limit), if that is all it takes.

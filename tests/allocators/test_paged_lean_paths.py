@@ -72,3 +72,42 @@ def test_grow_takes_the_same_blocks_either_side_of_the_threshold() -> None:
     finally:
         paged._LEAN_LOOP_MAX = saved
     assert finals[0] == finals[1]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_scalar_grow_of_few_sequences_agrees_with_the_vectorised_tiers(seed: int) -> None:
+    """`_grow_few` (up to `_SCALAR_GROW_MAX` sequences) against the vectorised tiers, step by step.
+
+    Small groups in random order grow by 1..block_size tokens in a cache that runs out of blocks,
+    with max_model_len reached and forks sharing a partial block (copy-on-write): the failures
+    returned and the whole state must be equal after every call.
+    """
+    import allocators.paged as paged
+
+    rng = np.random.default_rng(seed)
+    base = PagedAllocator("paged", 160 * BLOCK_SIZE, BLOCK_SIZE, max_model_len=400)
+    for seq_id in range(12):
+        output = int(rng.integers(5, 150))
+        assert base.admit(SeqSpec(seq_id, int(rng.integers(1, 120)), output, output))
+    for parent, child in ((0, 12), (3, 13)):  # forks: a shared partial last block until written
+        assert base.fork(parent, SeqSpec(child, 1, 50, 50))
+    live = np.arange(14, dtype=np.int64)
+    calls = [
+        (rng.permutation(live)[: int(rng.integers(1, 9))], int(rng.integers(1, BLOCK_SIZE + 1)))
+        for _ in range(60)
+    ]
+    runs = []
+    saved = paged._SCALAR_GROW_MAX
+    try:
+        for threshold in (0, 1000):
+            paged._SCALAR_GROW_MAX = threshold
+            alloc = copy.deepcopy(base)
+            trace = []
+            for ids, tokens in calls:
+                failed = alloc.grow(ids, tokens)
+                trace.append((failed.tolist(), _state(alloc)))
+            runs.append(trace)
+    finally:
+        paged._SCALAR_GROW_MAX = saved
+    assert runs[0] == runs[1]
+    assert any(failed for failed, _ in runs[0])  # the cache ran out: the general rule's failures agree
