@@ -76,31 +76,29 @@ def _grow_us(num_seqs: int, scalar: bool, rounds: int, repeats: int) -> float:
     return best_s * 1e6
 
 
+def _crossover_table(label: str, counts: tuple[int, ...], time_us, rounds: int, repeats: int) -> None:
+    """Print scalar vs NumPy us for each count (`time_us(count, scalar, rounds, repeats)`), then the
+    first count where NumPy wins."""
+    crossover = None
+    for count in counts:
+        scalar_us = time_us(count, True, rounds, repeats)
+        numpy_us = time_us(count, False, rounds, repeats)
+        faster = "scalar" if scalar_us < numpy_us else "numpy"
+        if crossover is None and faster == "numpy":
+            crossover = count
+        print(f"  {label} {count:3d}: scalar loop {scalar_us:6.2f}  numpy {numpy_us:6.2f}  ({faster})")
+    print(f"first {label} where NumPy wins: {crossover}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=400)
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
     print(f"_LEAN_LOOP_MAX = {_LEAN_LOOP_MAX}; us per round (incl. the shared lengths update):")
-    crossover = None
-    for count in CROSSING_COUNTS:
-        scalar_us = _round_us(count, True, args.rounds, args.repeats)
-        numpy_us = _round_us(count, False, args.rounds, args.repeats)
-        faster = "scalar" if scalar_us < numpy_us else "numpy"
-        if crossover is None and faster == "numpy":
-            crossover = count
-        print(f"  crossing {count:3d}: scalar loop {scalar_us:6.2f}  numpy {numpy_us:6.2f}  ({faster})")
-    print(f"first count where NumPy wins: {crossover}")
+    _crossover_table("crossing", CROSSING_COUNTS, _round_us, args.rounds, args.repeats)
     print(f"_SCALAR_GROW_MAX = {paged_module._SCALAR_GROW_MAX}; us per grow(ids, 1) of n sequences:")
-    crossover = None
-    for count in GROW_COUNTS:
-        scalar_us = _grow_us(count, True, args.rounds, args.repeats)
-        numpy_us = _grow_us(count, False, args.rounds, args.repeats)
-        faster = "scalar" if scalar_us < numpy_us else "numpy"
-        if crossover is None and faster == "numpy":
-            crossover = count
-        print(f"  n {count:3d}: scalar loop {scalar_us:6.2f}  numpy {numpy_us:6.2f}  ({faster})")
-    print(f"first n where NumPy wins: {crossover}")
+    _crossover_table("n", GROW_COUNTS, _grow_us, args.rounds, args.repeats)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,10 @@ block (never-filled slots), and a short table (column growth) are covered.
 
 from __future__ import annotations
 
+import contextlib
 import copy
+from collections.abc import Iterator
+from types import ModuleType
 
 import numpy as np
 import pytest
@@ -18,6 +21,17 @@ from allocators.base import SeqSpec
 from allocators.paged import _LEAN_LOOP_MAX, PagedAllocator
 
 BLOCK_SIZE = 16
+
+
+@contextlib.contextmanager
+def _threshold(module: ModuleType, name: str, value: int) -> Iterator[None]:
+    """Force one of the paged module's scalar-path thresholds for the duration of a block."""
+    saved = getattr(module, name)
+    setattr(module, name, value)
+    try:
+        yield
+    finally:
+        setattr(module, name, saved)
 
 
 def _state(alloc: PagedAllocator) -> dict[str, object]:
@@ -61,16 +75,12 @@ def test_grow_takes_the_same_blocks_either_side_of_the_threshold() -> None:
         assert base.admit(SeqSpec(seq_id, int(rng.integers(1, 300)), output, output))
     ids = np.arange(40, dtype=np.int64)
     finals = []
-    saved = paged._LEAN_LOOP_MAX
-    try:
-        for threshold in (0, 1000):
-            paged._LEAN_LOOP_MAX = threshold
+    for threshold in (0, 1000):
+        with _threshold(paged, "_LEAN_LOOP_MAX", threshold):
             alloc = copy.deepcopy(base)
             for tokens in (1, 1, 5, 1, 16, 3, 1, 1, 9):
                 assert alloc.grow(ids, tokens).size == 0
             finals.append(_state(alloc))
-    finally:
-        paged._LEAN_LOOP_MAX = saved
     assert finals[0] == finals[1]
 
 
@@ -97,17 +107,13 @@ def test_scalar_grow_of_few_sequences_agrees_with_the_vectorised_tiers(seed: int
         for _ in range(60)
     ]
     runs = []
-    saved = paged._SCALAR_GROW_MAX
-    try:
-        for threshold in (0, 1000):
-            paged._SCALAR_GROW_MAX = threshold
+    for threshold in (0, 1000):
+        with _threshold(paged, "_SCALAR_GROW_MAX", threshold):
             alloc = copy.deepcopy(base)
             trace = []
             for ids, tokens in calls:
                 failed = alloc.grow(ids, tokens)
                 trace.append((failed.tolist(), _state(alloc)))
             runs.append(trace)
-    finally:
-        paged._SCALAR_GROW_MAX = saved
     assert runs[0] == runs[1]
     assert any(failed for failed, _ in runs[0])  # the cache ran out: the general rule's failures agree
