@@ -66,13 +66,13 @@ class NullAllocator(AllocatorBase):
         return self._empty
 
 
-def timed_engine(requests, allocator, cost, config) -> tuple[float, int]:
-    """CPU seconds and engine turns of one engine run."""
+def timed_engine(requests, allocator, cost, config):  # -> (CPU s, turns, EngineResult)
+    """CPU seconds, engine turns and the result of one engine run."""
     from sim.core.engine import Engine
 
     start = time.process_time()
     result = Engine(requests, allocator, cost, config).run()
-    return time.process_time() - start, int(result.totals["turns"])
+    return time.process_time() - start, int(result.totals["turns"]), result
 
 
 def main() -> None:
@@ -89,12 +89,10 @@ def main() -> None:
     config = engine_config(scenario)
     paged = scenario.make_allocator()
 
-    paged_s, paged_turns = timed_engine(requests, paged, cost, config)
-    null_s, null_turns = timed_engine(requests, NullAllocator(int(paged.capacity_tokens)), cost, config)
+    paged_s, paged_turns, paged_result = timed_engine(requests, paged, cost, config)
+    null_s, null_turns, _ = timed_engine(requests, NullAllocator(int(paged.capacity_tokens)), cost, config)
     # the bare loop over the paged run's own arrivals and completions (as benchmarks/engine.py)
-    from sim.api import simulate
-
-    table = simulate(scenario, workload=requests).requests
+    table = paged_result.requests
     ok = ~table["rejected"].to_numpy()
     _, bare_s = bare_simpy(
         np.ascontiguousarray(table["arrival_s"].to_numpy()[ok]),
