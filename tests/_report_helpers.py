@@ -123,7 +123,11 @@ def summary_for(
     for part in PARTS:
         metrics[f"kv_{part}_pct"] = _weighted_pct(steps, part)
     metrics["kv_out_of_window_pct"] = 0.0  # issue 14's part: no sliding window in these fabricated runs
+    # No prefix cache in these fabricated runs: nothing free holds reusable content (issue 20's split).
+    metrics["kv_cached_pct"] = 0.0
+    metrics["kv_empty_pct"] = metrics["kv_free_pct"]
     allocated = 100.0 - metrics["kv_free_pct"]
+    metrics["kv_allocated_pct"] = allocated
     metrics["waste_pct"] = (
         0.0 if allocated <= 0 else 100.0 * (1.0 - metrics["kv_token_states_pct"] / allocated)
     )

@@ -16,6 +16,7 @@ from typing import Annotated, Any
 import typer
 
 from sim.cli.scenario_flags import ALLOCATOR_FLAG, LAYOUTS_FLAG, scenario_from_flags, scenario_options
+from sim.core.taxonomy import PART_LABELS, SHOWN_PARTS
 
 # (label, metrics key, format) rows of the summary tables.
 SUMMARY_ROWS: tuple[tuple[str, str, str], ...] = (
@@ -29,13 +30,8 @@ SUMMARY_ROWS: tuple[tuple[str, str, str], ...] = (
     ("mean / p99 TPOT (ms)", "_tpot", ""),
     ("mean / p99 E2E latency (ms)", "_e2el", ""),
     ("mean normalized latency (s/token)", "mean_normalized_latency_s_per_token", ".4f"),
-    ("KV token states (%)", "kv_token_states_pct", ".1f"),
-    ("KV reservation (%)", "kv_reservation_pct", ".1f"),
-    ("KV internal frag. (%)", "kv_internal_pct", ".1f"),
-    ("KV external frag. (%)", "kv_external_pct", ".1f"),
-    ("KV duplicated (%)", "kv_duplicated_pct", ".1f"),
-    ("KV out of window (%)", "kv_out_of_window_pct", ".1f"),
-    ("KV free (%)", "kv_free_pct", ".1f"),
+    # The taxonomy as one partition of capacity (sim/core/taxonomy.py): cached blocks are free.
+    *((f"KV {PART_LABELS[part]} (%)", f"kv_{part}_pct", ".1f") for part in SHOWN_PARTS),
     ("waste (% of allocated)", "waste_pct", ".1f"),
     ("mean / max concurrency (seqs)", "_concurrency", ""),
     ("mean / max queue length", "_queue", ""),

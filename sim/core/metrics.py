@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from allocators.base import BREAKDOWN_PARTS, MemoryBreakdown
+from sim.core import taxonomy
 
 # Parts integrated over time: the six taxonomy parts plus the informational `cached` (subset of free).
 INTEGRATED_PARTS: tuple[str, ...] = (*BREAKDOWN_PARTS, "cached")
@@ -553,12 +554,14 @@ def summarize(
     # waste_pct = wasted allocated slot-time / allocated slot-time; nothing allocated: no waste (0).
     span_token_s = duration_s * capacity_tokens
     part_token_s = {name: float(totals.get(f"{name}_token_s", 0.0)) for name in INTEGRATED_PARTS}
+    # `cached` is a subset of `free` (sim/core/taxonomy.py): `empty` is the rest of free, so the shown
+    # parts (taxonomy.SHOWN_PARTS) are a partition of capacity; `allocated` never counts cached blocks.
+    part_token_s["empty"] = taxonomy.empty_of(part_token_s["free"], part_token_s["cached"])
+    part_token_s["allocated"] = taxonomy.allocated_of(part_token_s)
     for name, value in part_token_s.items():
-        empty_span_pct = 100.0 if name == "free" else 0.0
+        empty_span_pct = 100.0 if name in ("free", "empty") else 0.0
         metrics[f"kv_{name}_pct"] = 100.0 * value / span_token_s if span_token_s > 0 else empty_span_pct
-    allocated = sum(value for name, value in part_token_s.items() if name != "free")
-    token_states = part_token_s["token_states"]
-    metrics["waste_pct"] = 100.0 * (1.0 - token_states / allocated) if allocated > 0 else 0.0
+    metrics["waste_pct"] = taxonomy.waste_pct(part_token_s["token_states"], part_token_s["allocated"])
     metrics["mean_concurrency"] = float(totals["running_seq_s"]) / duration_s if duration_s > 0 else 0.0
     metrics["max_concurrency"] = int(totals["max_running"])
     metrics["mean_queue_length"] = float(totals["queue_request_s"]) / duration_s if duration_s > 0 else 0.0

@@ -25,7 +25,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.ticker import NullFormatter
 
-from allocators.base import BREAKDOWN_PARTS
+from sim.core.taxonomy import PART_LABELS, SHOWN_PARTS
 from sim.reports.diagnosis import step_hold_s
 
 if TYPE_CHECKING:
@@ -39,7 +39,8 @@ PART_COLORS: dict[str, str] = {
     "external": "#D55E00",  # vermillion: free but the wrong shape
     "duplicated": "#CC79A7",  # purple: second copies of shared prefixes
     "out_of_window": "#0072B2",  # blue: tokens slid out of a sliding window, still held
-    "free": "#D9D9D9",  # light grey: usable free memory
+    "cached": "#F0E442",  # yellow: free, but holding reusable prefix KV (evictable on demand)
+    "empty": "#D9D9D9",  # light grey: free and empty
 }
 # Hatches keep the parts apart when the page is printed in grey.
 PART_HATCHES: dict[str, str] = {
@@ -49,16 +50,8 @@ PART_HATCHES: dict[str, str] = {
     "external": "xx",
     "duplicated": "\\\\",
     "out_of_window": "--",
-    "free": "",
-}
-PART_LABELS: dict[str, str] = {
-    "token_states": "token states",
-    "reservation": "reservation",
-    "internal": "internal frag.",
-    "external": "external frag.",
-    "duplicated": "duplicated",
-    "out_of_window": "out of window",
-    "free": "free",
+    "cached": "oo",
+    "empty": "",
 }
 # Allocators get their own cycle (never a taxonomy colour), in the order the runs are given.
 # Dark enough to read on white and in grey print; different line styles tell identical curves apart.
@@ -163,14 +156,26 @@ def resample_steps(
     return pd.DataFrame(out)
 
 
+def shown_step_parts(steps: pd.DataFrame) -> pd.DataFrame:
+    """The steps table with free split into `cached` and `empty` (sim/core/taxonomy.py), for stacking.
+
+    The steps table keeps the allocator's parts (`free` includes `cached`); a figure stacks the shown
+    partition, so the two free parts are derived here, never stored twice.
+    """
+    if "free" not in steps.columns:
+        return steps
+    cached = steps["cached"] if "cached" in steps.columns else 0
+    return steps.assign(cached=cached, empty=(steps["free"] - cached).clip(lower=0))
+
+
 def taxonomy_bars(labels: Sequence[str], part_pct: Mapping[str, Mapping[str, float]]) -> Figure:
     """Figure 1: one stacked bar per allocator of the time-averaged taxonomy, in % of KV capacity."""
     with figure_style():
         fig, ax = _subplots(figsize=(max(4.5, 1.3 * len(labels) + 2.5), 4.0))
         positions = np.arange(len(labels))
         bottoms = np.zeros(len(labels))
-        for part in BREAKDOWN_PARTS:
-            heights = np.array([float(part_pct[label][part]) for label in labels])
+        for part in SHOWN_PARTS:
+            heights = np.array([float(part_pct[label].get(part, 0.0)) for label in labels])
             ax.bar(
                 positions,
                 heights,
@@ -222,8 +227,9 @@ def taxonomy_over_time(runs: Mapping[str, RunLike]) -> Figure:
         )
         for ax, label in zip(axes[:, 0], labels, strict=True):
             steps = runs[label].steps
+            steps = shown_step_parts(steps)
             # results written before issue 14 have no out_of_window column (it was 0 there)
-            parts = [part for part in BREAKDOWN_PARTS if part in steps.columns]
+            parts = [part for part in SHOWN_PARTS if part in steps.columns]
             series = resample_steps(steps, [*parts, "capacity"])
             capacity = series["capacity"].to_numpy(dtype=float, copy=True)
             capacity[capacity <= 0] = np.nan

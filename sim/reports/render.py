@@ -15,7 +15,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from allocators.base import BREAKDOWN_PARTS
+from sim.core.taxonomy import PART_LABELS, SHOWN_PARTS, shown_shares_pct
 from sim.reports import diagnosis, figures
 from sim.reports.types import LoadedRun
 
@@ -25,13 +25,8 @@ RESULT_FILES: tuple[str, ...] = ("summary.json", "requests.parquet", "steps.parq
 # Headers are short so that the table fits a page; UNITS_NOTE and docs/metrics.md say what each means.
 TABLE_COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("waste_pct", "waste %", "pct"),
-    ("kv_token_states_pct", "token states %", "pct"),
-    ("kv_reservation_pct", "reservation %", "pct"),
-    ("kv_internal_pct", "internal %", "pct"),
-    ("kv_external_pct", "external %", "pct"),
-    ("kv_duplicated_pct", "duplicated %", "pct"),
-    ("kv_out_of_window_pct", "out of window %", "pct"),
-    ("kv_free_pct", "free %", "pct"),
+    # The shown partition of capacity (sim/core/taxonomy.py): cached blocks are free, not allocated.
+    *((f"kv_{part}_pct", f"{PART_LABELS[part]} %", "pct") for part in SHOWN_PARTS),
     ("mean_concurrency", "mean conc.", "float2"),
     ("max_concurrency", "max conc.", "count"),
     ("request_throughput", "req/s", "float3"),
@@ -45,7 +40,9 @@ TABLE_COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("rejected", "rejections", "count"),
 )
 # Not required of a results folder: the window part (issue 14) is absent from older results ("-").
-OPTIONAL_METRICS: frozenset[str] = frozenset({"kv_out_of_window_pct"})
+# Nor the free split (issue 20): results without `kv_cached_pct` cached nothing, and older results
+# have no `kv_empty_pct` (taxonomy.shown_shares_pct derives it as free - cached).
+OPTIONAL_METRICS: frozenset[str] = frozenset({"kv_out_of_window_pct", "kv_cached_pct", "kv_empty_pct"})
 # Appended to the table only when `kvsim report --gpu-hour-cost` gives a price.
 COST_COLUMN: tuple[str, str, str] = ("usd_per_million_output_tokens", "USD / 1M output tok.", "float3")
 
@@ -101,7 +98,9 @@ FIGURE_CAPTIONS: dict[str, str] = {
 
 UNITS_NOTE = (
     "Taxonomy parts (token states ... free) are time-averaged % of KV capacity over the whole run, idle "
-    "time included (they sum to 100); waste is % of allocated KV slot-time holding no token state; "
+    "time included (they sum to 100); cached blocks hold reusable prefix KV but are free for the next "
+    "allocation, so they are neither allocated nor waste; waste is % of allocated KV slot-time holding "
+    "no token state; "
     "concurrency counts running sequences; latencies are per completed request (p50/p99, in ms or s as "
     "marked), normalized latency is the mean end-to-end latency per output token."
 )
@@ -285,10 +284,7 @@ RUN_FACT_HEADERS: tuple[str, ...] = (
 def render_figures(labels: Sequence[str], runs: Sequence[LoadedRun]) -> dict[str, bytes]:
     """Every figure the runs support, as PNG bytes keyed like FIGURE_FILES (figure 5 only for sweeps)."""
     by_label = dict(zip(labels, runs, strict=True))
-    part_pct = {
-        label: {part: float(run.summary["metrics"].get(f"kv_{part}_pct", 0.0)) for part in BREAKDOWN_PARTS}
-        for label, run in by_label.items()
-    }
+    part_pct = {label: shown_shares_pct(run.summary["metrics"]) for label, run in by_label.items()}
     pngs = {
         "taxonomy": figures.figure_png_bytes(figures.taxonomy_bars(labels, part_pct)),
         "taxonomy_over_time": figures.figure_png_bytes(figures.taxonomy_over_time(by_label)),

@@ -279,10 +279,11 @@ def test_resample_steps_keeps_short_tables_and_time_weighted_means() -> None:
 
 
 def test_one_colour_per_part() -> None:
-    from allocators.base import BREAKDOWN_PARTS
+    """Every shown part (free split into cached and empty, issue 20) has its own colour."""
+    from sim.core.taxonomy import SHOWN_PARTS
 
-    assert tuple(PART_COLORS) == BREAKDOWN_PARTS
-    assert len(set(PART_COLORS.values())) == len(BREAKDOWN_PARTS)
+    assert tuple(PART_COLORS) == SHOWN_PARTS
+    assert len(set(PART_COLORS.values())) == len(SHOWN_PARTS)
 
 
 @pytest.mark.parametrize("where", ["file", "under_file"])
