@@ -26,7 +26,7 @@ _BORDER_COLUMNS_PER_CELL = 3
 
 @dataclass(frozen=True)
 class Column:
-    """A table column: header, right-justified numbers (never wrapped) or text (wrapped unless `wrap=False`)."""
+    """A table column: right-justified numbers (never wrapped) or text (wrapped unless `wrap=False`)."""
 
     header: str
     numeric: bool = True

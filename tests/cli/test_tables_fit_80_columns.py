@@ -50,6 +50,7 @@ def test_compare_fits_80_columns_and_wide_is_one_table(tmp_path: Path, capsys) -
     assert code == 0
     assert wide.count("kvsim compare:") == 1
     assert max(len(line.rstrip()) for line in wide.splitlines()) > 80
+
     # the same numbers, apart from the wall time (measured anew), in both layouts
     def cells(text: str) -> set[tuple[str, str]]:
         """(row label, cell) pairs of every table part."""
