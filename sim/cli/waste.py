@@ -85,12 +85,13 @@ def register(app: typer.Typer) -> None:
         out.print(make_table(title, columns, cells, borders=False))
         client_limit, limits = request_limits(sequences, max_model_len, max_tokens)
         truncated = sum(1 for seq, limit in zip(sequences, limits, strict=True) if seq.output_tokens > limit)
+        # one line each, as before the 80-column table (scripts grep them); the terminal wraps prose
         if truncated and max_tokens is not None:
-            out.print(
+            typer.echo(
                 f"{truncated} sequence(s) stop at --max-tokens {max_tokens}; used counts what they hold."
             )
         elif truncated:
-            out.print(
+            typer.echo(
                 f"{truncated} sequence(s) stop at the default client limit {client_limit} in the "
                 "request_limit:limit row; used counts what they hold."
             )
