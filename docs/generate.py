@@ -33,19 +33,22 @@ import os
 import re
 import shlex
 import shutil
-import subprocess
 import sys
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+# docs/ is a folder of scripts, not a package: its sibling module runs kvsim for both this script and
+# tests/docs (one way to run a documented command).
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from doc_commands import run_kvsim
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 IMG_DIR = REPO_ROOT / "docs" / "img"
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking"]
 SCREENSHOT_VIEWPORT_PX = {"width": 1280, "height": 1400}
-COMMAND_TIMEOUT_S = 600
 
 REGION = re.compile(
     r"(?P<open><!-- generated: (?P<kind>[\w-]+) (?P<args>[^\n]*?) -->\n)"
@@ -87,16 +90,7 @@ def kvsim(argv: list[str], cwd: Path) -> str:
     """Run `kvsim ARGS` in its own process (as a reader would) and return its standard output."""
     if argv[:1] != ["kvsim"]:
         raise DocsError(f"not a kvsim command: {' '.join(argv)}")
-    env = {**os.environ, "MPLBACKEND": "Agg", "COLUMNS": "80"}
-    done = subprocess.run(
-        [sys.executable, "-m", "sim.cli", *argv[1:]],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=COMMAND_TIMEOUT_S,
-        check=False,
-    )
+    done = run_kvsim(argv, cwd)
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["(no message)"])[-1]
         raise DocsError(f"`{' '.join(argv)}` exited {done.returncode}: {last}")
@@ -251,8 +245,9 @@ def main(argv: list[str] | None = None) -> int:
             if args.check:
                 stale = [where for path in doc_files() for where in stale_regions(path, work, kinds)]
                 for where in stale:
-                    print(f"stale: {where}", file=sys.stderr)
-                return 1 if stale else 0
+                    print(f"stale: {where} (run `make docs`)", file=sys.stderr)
+                if stale:
+                    return 1
             for path in doc_files():
                 for where in regenerate(path, work, kinds):
                     print(f"updated {where}")

@@ -1,6 +1,6 @@
 """Every fenced `kvsim ...` command in README.md and docs/*.md runs (issue 20 §4).
 
-The commands are read from the docs at test time (docs/commands.py), so whatever the docs say now is
+The commands are read from the docs at test time (docs/doc_commands.py), so whatever the docs say now is
 what runs; each at reduced size (fewer prompts, the first of a list of values) in a temporary copy
 of the repository's layout, so relative paths in the docs (`scenarios/...`, `../shared/traces/...`)
 resolve as they do for a reader at the repository root and every output lands in the temporary
@@ -12,31 +12,18 @@ its reason.
 from __future__ import annotations
 
 import functools
-import importlib.util
-import os
 import subprocess
-import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
+from _docs_helpers import load_docs_module
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 # Top-level entries that a documented command never needs (and must never write into).
 NOT_MIRRORED: frozenset[str] = frozenset({".git", ".venv", "results", ".pytest_cache", ".hypothesis"})
-COMMAND_TIMEOUT_S = 300
 
 
-def _load_docs_module(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(f"kvsim_docs_{name}", REPO_ROOT / "docs" / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up by name
-    spec.loader.exec_module(module)
-    return module
-
-
-commands = _load_docs_module("commands")
+commands = load_docs_module("doc_commands")
 DOC_COMMANDS = commands.documented_commands()
 DOC_BLOCKS = commands.documented_blocks()
 
@@ -61,16 +48,7 @@ def mirror_repository(sandbox: Path) -> Path:
 
 def run_documented(argv: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
     """Run `kvsim ARGS` as a user would (its own process), without a terminal."""
-    env = {**os.environ, "MPLBACKEND": "Agg", "COLUMNS": "80"}
-    return subprocess.run(
-        [sys.executable, "-m", "sim.cli", *argv[1:]],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=COMMAND_TIMEOUT_S,
-        check=False,
-    )
+    return commands.run_kvsim(argv, cwd)
 
 
 def _head(argv: tuple[str, ...]) -> tuple[str, ...]:

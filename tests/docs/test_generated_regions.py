@@ -7,24 +7,15 @@ run here only through the structure check (the command must be a kvsim command o
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 import tomllib
 from pathlib import Path
+
+from _docs_helpers import load_docs_module
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
-def _generate():
-    spec = importlib.util.spec_from_file_location("kvsim_docs_generate", REPO_ROOT / "docs" / "generate.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-generate = _generate()
+generate = load_docs_module("generate")
 
 
 def test_every_marker_opens_and_closes_a_known_region() -> None:

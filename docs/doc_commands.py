@@ -1,8 +1,8 @@
 """The `kvsim ...` commands that README.md and docs/*.md show in fenced blocks, ready to run small.
 
 Why: a documented command that no longer runs is the first thing a new user meets (issue 20 §4).
-`tests/docs/test_documented_commands.py` runs every one of them, read from the docs as they are at test
-time (no fixed list), so a renamed flag or a missing file fails the suite.
+`tests/docs/test_documented_commands.py` runs every one of them (`run_kvsim`), read from the docs as
+they are at test time (no fixed list), so a renamed flag or a missing file fails the suite.
 
 Which commands: every line that starts with `kvsim ` (or `$ kvsim `) inside a fenced block whose
 language is empty, `bash`, `sh`, `shell` or `console`; backslash continuations are joined and `#`
@@ -20,8 +20,11 @@ that mirrors the repository).
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
+import subprocess
+import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +39,8 @@ COARSE_RATE_TOL = "0.5"
 # List flags whose first value is enough to exercise the command.
 FIRST_VALUE_FLAGS: tuple[str, ...] = ("--max-model-lens", "--tensor-parallel-size")
 MAX_ALLOCATORS = 2
+# A documented command (or one `make docs` runs) that takes longer than this is a hang, not a result.
+COMMAND_TIMEOUT_S = 600
 
 _FENCE = re.compile(
     r"^(?P<indent> {0,3})(?P<fence>`{3,}|~{3,})(?P<info>[^\n`]*)\n(?P<body>.*?)^(?P=indent)(?P=fence)[ \t]*$",
@@ -185,4 +190,20 @@ def accepted_flags(argv: Sequence[str]) -> frozenset[str]:
         for param in command.params
         for name in (*param.opts, *param.secondary_opts)
         if name.startswith("--")
+    )
+
+
+def run_kvsim(argv: Sequence[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    """Run `kvsim ARGS` as a reader would: its own process, no terminal, 80 columns, head-less plots."""
+    if list(argv[:1]) != ["kvsim"]:
+        raise ValueError(f"not a kvsim command: {' '.join(argv)}")
+    env = {**os.environ, "MPLBACKEND": "Agg", "COLUMNS": "80"}
+    return subprocess.run(
+        [sys.executable, "-m", "sim.cli", *argv[1:]],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=COMMAND_TIMEOUT_S,
+        check=False,
     )
