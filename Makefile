@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 
-.PHONY: demo test bench calibrate lint venv clean
+.PHONY: demo test bench calibrate docs notebooks lint venv clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -27,8 +27,21 @@ BENCHMARKS := engine allocators workloads sweep calls_per_turn
 bench: $(STAMP)
 	for b in $(BENCHMARKS); do echo "== benchmarks/$$b.py"; $(PY) -P benchmarks/$$b.py || exit 1; done
 
+# kvsim calibrate refuses an --output folder that does not exist (a mistyped path is not created), so
+# the target makes its own folder; on a machine without a GPU it then exits 2 naming what is missing.
 calibrate: $(STAMP)
+	mkdir -p results/calibration
 	$(VENV)/bin/kvsim calibrate --output results/calibration/profile.json
+
+# Example tables and images in README.md and docs/ (docs/generate.py says which and how); a few minutes.
+docs: $(STAMP)
+	MPLBACKEND=Agg $(PY) docs/generate.py $(DOCS_ARGS)
+
+# The analysis notebooks in JupyterLab (the `notebook` extra, installed on first use; not in `dev`).
+# JUPYTER_ARGS=--no-browser for a remote machine.
+notebooks: $(STAMP)
+	$(PY) -c "import jupyterlab" 2>/dev/null || $(PY) -m pip install -q -e '.[notebook]'
+	$(VENV)/bin/jupyter lab notebooks/ $(JUPYTER_ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -65,17 +65,11 @@ def summary_cell(metrics: dict[str, Any], key: str, spec: str) -> str:
     return _fmt(metrics.get(key), spec)
 
 
-def _print_table(title: str, columns: list[str], rows: list[list[str]]) -> None:
-    from rich.console import Console
-    from rich.table import Table
+def _print_table(title: str, columns: list[str], rows: list[list[str]], wide: bool = False) -> None:
+    """The summary table: one column per run, split into several tables to fit 80 columns unless wide."""
+    from sim.cli.tables import console, print_column_chunks
 
-    table = Table(title=title, title_justify="left")
-    table.add_column("metric")
-    for column in columns:
-        table.add_column(column, justify="right")
-    for row in rows:
-        table.add_row(*row)
-    Console(width=max(100, 36 + 22 * len(columns))).print(table)
+    print_column_chunks(console(wide), title, "metric", columns, rows, wide)
 
 
 def _show_progress(quiet: bool) -> bool:
@@ -83,6 +77,9 @@ def _show_progress(quiet: bool) -> bool:
 
 
 QuietOpt = Annotated[bool, typer.Option("--quiet", help="No progress bar.")]
+WideOpt = Annotated[
+    bool, typer.Option("--wide", help="One table with every column, wider than 80 columns if need be.")
+]
 
 
 def register(app: typer.Typer) -> None:
@@ -125,6 +122,7 @@ def register(app: typer.Typer) -> None:
             Path, typer.Option("--output", "-o", help="Parent folder: one results folder per allocator.")
         ] = Path("results/compare"),
         quiet: QuietOpt = False,
+        wide: WideOpt = False,
         *,
         flags: dict[str, Any],
     ) -> None:
@@ -155,7 +153,7 @@ def register(app: typer.Typer) -> None:
             for name, key, spec in SUMMARY_ROWS
         ]
         _print_table(
-            f"kvsim compare: {scenario.name} ({scenario.engine}, seed {scenario.seed})", labels, rows
+            f"kvsim compare: {scenario.name} ({scenario.engine}, seed {scenario.seed})", labels, rows, wide
         )
         from sim.reports.publish import report
 
@@ -177,54 +175,16 @@ def register(app: typer.Typer) -> None:
         tensor_parallel_size: Annotated[
             int, typer.Option("--tensor-parallel-size", help="GPUs per replica (with --model).")
         ] = 1,
+        wide: WideOpt = False,
     ) -> None:
         """List the model and GPU presets (and what they imply for KV memory); --model: one model."""
-        from rich.console import Console
-        from rich.table import Table
-
-        from sim.scenario.presets import gpu_rows, model_rows
-
         if model is not None:
             from sim.scenario.model_report import model_kv_lines
 
             for line in model_kv_lines(model, kv_cache_dtype, tensor_parallel_size):
                 typer.echo(line)
             return
+        from sim.cli.presets_table import print_presets
+        from sim.cli.tables import console
 
-        console = Console(width=140)
-        models = Table(title="models", title_justify="left")
-        for column in (
-            "name",
-            "layers",
-            "heads",
-            "kv heads",
-            "head dim",
-            "params (B)",
-            "max context",
-            "KV/token",
-        ):
-            models.add_column(column, justify="left" if column == "name" else "right")
-        for row in model_rows():
-            models.add_row(
-                str(row["name"]),
-                str(row["num_layers"]),
-                str(row["num_attention_heads"]),
-                str(row["num_kv_heads"]),
-                str(row["head_dim"]),
-                f"{row['num_params'] / 1e9:.1f}",
-                f"{row['max_context_tokens']:,}",
-                f"{row['kv_bytes_per_token'] / 1024:,.0f} KiB",
-            )
-        console.print(models)
-        gpus = Table(title="GPUs", title_justify="left")
-        for column in ("name", "memory", "HBM (TB/s)", "dense BF16 (TFLOP/s)", "PCIe (GB/s)"):
-            gpus.add_column(column, justify="left" if column == "name" else "right")
-        for row in gpu_rows():
-            gpus.add_row(
-                str(row["name"]),
-                f"{row['memory_bytes'] / 1024**3:.0f} GiB",
-                f"{row['hbm_bandwidth_bytes_per_s'] / 1e12:.2f}",
-                f"{row['peak_flops'] / 1e12:.0f}",
-                f"{row['pcie_bandwidth_bytes_per_s'] / 1e9:.0f}",
-            )
-        console.print(gpus)
+        print_presets(console(wide), wide)

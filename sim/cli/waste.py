@@ -45,6 +45,7 @@ def register(app: typer.Typer) -> None:
         ),
         placement: str = typer.Option("first_fit", "--placement", help="first_fit, best_fit or buddy."),
         as_json: bool = typer.Option(False, "--json", help="Print JSON rows instead of a table."),
+        wide: bool = typer.Option(False, "--wide", help="Do not wrap the table to 80 columns."),
     ) -> None:
         """Used vs reserved KV slots and waste % per allocator family, for sequences run to completion."""
         sequences = parse_lengths(lengths)
@@ -60,33 +61,37 @@ def register(app: typer.Typer) -> None:
         if as_json:
             typer.echo(json.dumps([row.as_dict() for row in rows], indent=2))
             return
-        from rich.console import Console
-        from rich.table import Table
+        from sim.cli.tables import Column, console, make_table
 
-        table = Table(title=f"KV waste for {len(lengths)} sequences (max_model_len {max_model_len})")
-        table.add_column("allocator")
-        table.add_column("used slots", justify="right")
-        table.add_column("reserved slots", justify="right")
-        table.add_column("waste", justify="right")
-        table.add_column("how it reserves")
-        for row in rows:
-            table.add_row(
+        columns = [
+            Column("allocator", numeric=False, wrap=False),
+            Column("used\nslots"),
+            Column("reserved\nslots"),
+            Column("waste"),
+            Column("how it reserves", numeric=False),
+        ]
+        cells = [
+            [
                 row.allocator,
                 f"{row.used_tokens:,}",
                 f"{row.reserved_tokens:,}",
                 f"{row.waste_pct:.2f} %",
                 row.note,
-            )
-        console = Console(width=120)
-        console.print(table)
+            ]
+            for row in rows
+        ]
+        out = console(wide)
+        title = f"KV waste for {len(lengths)} sequences (max_model_len {max_model_len})"
+        out.print(make_table(title, columns, cells, borders=False))
         client_limit, limits = request_limits(sequences, max_model_len, max_tokens)
         truncated = sum(1 for seq, limit in zip(sequences, limits, strict=True) if seq.output_tokens > limit)
+        # one line each, as before the 80-column table (scripts grep them); the terminal wraps prose
         if truncated and max_tokens is not None:
-            console.print(
+            typer.echo(
                 f"{truncated} sequence(s) stop at --max-tokens {max_tokens}; used counts what they hold."
             )
         elif truncated:
-            console.print(
+            typer.echo(
                 f"{truncated} sequence(s) stop at the default client limit {client_limit} in the "
                 "request_limit:limit row; used counts what they hold."
             )

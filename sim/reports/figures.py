@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import io
 import math
+import textwrap
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -65,6 +66,15 @@ ALLOCATOR_COLORS: tuple[str, ...] = (
     "#44AA99",
 )
 ALLOCATOR_LINESTYLES: tuple[str, ...] = ("-", "--", "-.", ":")
+
+# Figures stay readable on a page and a screen however many runs a sweep has (issue 20: 18 cells drew
+# a 3,367 px wide bar chart): no figure is wider or taller than this (inches, at 130 dpi: 1,560 x 1,820 px).
+MAX_FIGURE_WIDTH_IN = 12.0
+MAX_FIGURE_HEIGHT_IN = 14.0
+# More runs than this: bars turn horizontal, panels go into columns, legends go under the axes.
+MANY_RUNS = 8
+# Legend and tick labels wrap at this many characters ("request_limit:oracle (gpu=..., model=...)").
+LABEL_WRAP_CHARS = 34
 
 # Time series longer than this are averaged into this many time bins before plotting.
 MAX_TIME_POINTS = 600
@@ -127,6 +137,47 @@ def figure_png_bytes(fig: Figure, dpi: int = 130) -> bytes:
     return buffer.getvalue()
 
 
+def wrap_label(label: str) -> str:
+    """A run label on lines of at most LABEL_WRAP_CHARS, broken after ', ' or at spaces."""
+    return "\n".join(textwrap.wrap(label, LABEL_WRAP_CHARS, break_on_hyphens=False)) or label
+
+
+def _capped(width_in: float, height_in: float) -> tuple[float, float]:
+    return min(width_in, MAX_FIGURE_WIDTH_IN), min(height_in, MAX_FIGURE_HEIGHT_IN)
+
+
+def legend_below(names: Sequence[str]) -> bool:
+    """Many runs, or labels longer than a line: the legend goes under the axes, in columns."""
+    return len(names) > MANY_RUNS or any(len(name) > LABEL_WRAP_CHARS for name in names)
+
+
+# A wrapped legend entry (marker + LABEL_WRAP_CHARS characters at 8 pt) takes about this much width.
+LEGEND_ENTRY_WIDTH_IN = 2.9
+
+
+def _legend_columns(count: int, figure_width_in: float) -> int:
+    return max(1, min(count, int(figure_width_in // LEGEND_ENTRY_WIDTH_IN)))
+
+
+def legend_height_in(names: Sequence[str], figure_width_in: float) -> float:
+    """The height a legend under the axes takes (0 when it sits beside them), added to the figure's."""
+    if not legend_below(names):
+        return 0.0
+    lines_per_entry = max(wrap_label(name).count("\n") + 1 for name in names)
+    rows = math.ceil(len(names) / _legend_columns(len(names), figure_width_in))
+    return rows * lines_per_entry * 0.16 + 0.3
+
+
+def add_run_legend(fig: Figure, ax: Any) -> None:
+    """The runs' legend: beside the axes for a few short labels, under them (in columns) otherwise."""
+    handles, names = ax.get_legend_handles_labels()
+    if not legend_below(names):
+        ax.legend(handles, names, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+        return
+    columns = _legend_columns(len(names), float(fig.get_figwidth()))
+    fig.legend(handles, [wrap_label(name) for name in names], loc="outside lower center", ncols=columns)
+
+
 def resample_steps(
     steps: pd.DataFrame, columns: Sequence[str], max_points: int = MAX_TIME_POINTS
 ) -> pd.DataFrame:
@@ -169,18 +220,30 @@ def shown_step_parts(steps: pd.DataFrame) -> pd.DataFrame:
 
 
 def taxonomy_bars(labels: Sequence[str], part_pct: Mapping[str, Mapping[str, float]]) -> Figure:
-    """Figure 1: one stacked bar per allocator of the time-averaged taxonomy, in % of KV capacity."""
+    """Figure 1: one stacked bar per allocator of the time-averaged taxonomy, in % of KV capacity.
+
+    Up to MANY_RUNS runs the bars stand upright; more (a sweep) lie down, one row per run with its
+    label wrapped beside it, so the figure grows in height (capped) rather than to thousands of pixels
+    of width.
+    """
+    horizontal = len(labels) > MANY_RUNS
     with figure_style():
-        fig, ax = _subplots(figsize=(max(4.5, 1.3 * len(labels) + 2.5), 4.0))
+        if horizontal:
+            lines = sum(wrap_label(label).count("\n") + 1 for label in labels)
+            size = _capped(9.0, 1.8 + 0.17 * lines + 0.12 * len(labels))
+        else:
+            size = _capped(max(4.5, 1.3 * len(labels) + 2.5), 4.0)
+        fig, ax = _subplots(figsize=size)
         positions = np.arange(len(labels))
         bottoms = np.zeros(len(labels))
+        draw = ax.barh if horizontal else ax.bar
         for part in SHOWN_PARTS:
             heights = np.array([float(part_pct[label].get(part, 0.0)) for label in labels])
-            ax.bar(
+            draw(
                 positions,
                 heights,
-                bottom=bottoms,
-                width=0.6,
+                0.6,
+                bottoms,
                 color=PART_COLORS[part],
                 hatch=PART_HATCHES[part],
                 edgecolor="#333333",
@@ -189,9 +252,10 @@ def taxonomy_bars(labels: Sequence[str], part_pct: Mapping[str, Mapping[str, flo
             )
             for x, bottom, height in zip(positions, bottoms, heights, strict=True):
                 if height >= 6.0:
+                    middle = bottom + height / 2
                     ax.text(
-                        x,
-                        bottom + height / 2,
+                        middle if horizontal else x,
+                        x if horizontal else middle,
                         f"{height:.0f}%",
                         ha="center",
                         va="center",
@@ -204,28 +268,50 @@ def taxonomy_bars(labels: Sequence[str], part_pct: Mapping[str, Mapping[str, flo
                         },
                     )
             bottoms += heights
-        ax.set_xticks(
-            positions,
-            labels,
-            rotation=20 if len(labels) > 4 else 0,
-            ha="right" if len(labels) > 4 else "center",
-        )
-        ax.set_ylabel("KV cache capacity, time-averaged (%)")
-        ax.set_ylim(0, 100)
+        if horizontal:
+            ax.set_yticks(positions, [wrap_label(label) for label in labels], fontsize=7)
+            ax.invert_yaxis()  # the first run on top, as in the summary table
+            ax.set_xlabel("KV cache capacity, time-averaged (%)")
+            ax.set_xlim(0, 100)
+            ax.grid(axis="y", visible=False)
+            handles, names = ax.get_legend_handles_labels()
+            fig.legend(handles, names, loc="outside lower center", ncols=4)
+        else:
+            ax.set_xticks(
+                positions,
+                labels,
+                rotation=20 if len(labels) > 4 else 0,
+                ha="right" if len(labels) > 4 else "center",
+            )
+            ax.set_ylabel("KV cache capacity, time-averaged (%)")
+            ax.set_ylim(0, 100)
+            ax.grid(axis="x", visible=False)
+            ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), reverse=True)
         ax.set_title("Where the KV memory went")
-        ax.grid(axis="x", visible=False)
-        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), reverse=True)
     return fig
 
 
 def taxonomy_over_time(runs: Mapping[str, RunLike]) -> Figure:
-    """Figure 2: the taxonomy over simulated time, one stacked-area panel per allocator."""
+    """Figure 2: the taxonomy over simulated time, one stacked-area panel per allocator.
+
+    Many runs (a sweep) are laid out in two or three columns of panels so the figure stays within
+    MAX_FIGURE_HEIGHT_IN instead of one 35-inch column.
+    """
     labels = list(runs)
+    columns = 1 if len(labels) <= 4 else 2 if len(labels) <= MANY_RUNS else 3
+    rows = math.ceil(len(labels) / columns)
+    panel_height_in = 1.9 if columns == 1 else 1.7
     with figure_style():
         fig, axes = _subplots(
-            len(labels), 1, figsize=(7.5, 1.9 * len(labels) + 0.8), sharex=True, squeeze=False
+            rows,
+            columns,
+            figsize=_capped(7.5 if columns == 1 else 4.6 * columns, panel_height_in * rows + 0.8),
+            sharex=True,
+            sharey=True,
+            squeeze=False,
         )
-        for ax, label in zip(axes[:, 0], labels, strict=True):
+        flat_axes = list(axes.flat)
+        for ax, label in zip(flat_axes, labels, strict=False):
             steps = runs[label].steps
             steps = shown_step_parts(steps)
             # results written before issue 14 have no out_of_window column (it was 0 there)
@@ -244,10 +330,18 @@ def taxonomy_over_time(runs: Mapping[str, RunLike]) -> Figure:
             for poly, part in zip(polys, parts, strict=True):
                 poly.set_hatch(PART_HATCHES[part])
             ax.set_ylim(0, 100)
+            ax.set_title(label if columns == 1 else wrap_label(label), loc="left", fontsize=8)
+        for ax in flat_axes[len(labels) :]:
+            ax.set_visible(False)
+        for ax in axes[:, 0]:
             ax.set_ylabel("% of KV")
-            ax.set_title(label, loc="left")
-        axes[-1, 0].set_xlabel("simulated time (s)")
-        axes[0, 0].legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), reverse=True)
+        for ax in axes[-1, :]:
+            ax.set_xlabel("simulated time (s)")
+        if columns == 1:
+            axes[0, 0].legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), reverse=True)
+        else:
+            handles, names = axes[0, 0].get_legend_handles_labels()
+            fig.legend(handles[::-1], names[::-1], loc="outside lower center", ncols=len(handles))
         fig.suptitle("KV memory taxonomy over time")
     return fig
 
@@ -255,7 +349,9 @@ def taxonomy_over_time(runs: Mapping[str, RunLike]) -> Figure:
 def concurrency_and_queue(runs: Mapping[str, RunLike]) -> Figure:
     """Figure 3: admitted concurrency and queue length on one shared time axis across allocators."""
     with figure_style():
-        fig, (ax_running, ax_queue) = _subplots(2, 1, figsize=(7.5, 5.0), sharex=True)
+        fig, (ax_running, ax_queue) = _subplots(
+            2, 1, figsize=_capped(7.5, 5.0 + legend_height_in(list(runs), 7.5)), sharex=True
+        )
         for index, (label, run) in enumerate(runs.items()):
             series = resample_steps(run.steps, ["num_running", "queue_length"])
             time_s = series["time_s"].to_numpy(dtype=float)
@@ -269,7 +365,7 @@ def concurrency_and_queue(runs: Mapping[str, RunLike]) -> Figure:
         ax_queue.set_xlabel("simulated time (s)")
         ax_running.set_ylim(bottom=0)
         ax_queue.set_ylim(bottom=0)
-        ax_running.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0))
+        add_run_legend(fig, ax_running)
     return fig
 
 
@@ -293,7 +389,8 @@ def _cdf_points(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def latency_cdfs(runs: Mapping[str, RunLike]) -> Figure:
     """Figure 4: CDFs of TTFT, TPOT and normalized latency over completed requests, per allocator."""
     with figure_style():
-        fig, axes = _subplots(1, len(LATENCY_COLUMNS), figsize=(10.0, 3.4))
+        size = _capped(10.0, 3.4 + legend_height_in(list(runs), 10.0))
+        fig, axes = _subplots(1, len(LATENCY_COLUMNS), figsize=size)
         for ax, (column, axis_label) in zip(axes, LATENCY_COLUMNS, strict=True):
             smallest, largest = math.inf, 0.0
             per_run = {
@@ -318,18 +415,24 @@ def latency_cdfs(runs: Mapping[str, RunLike]) -> Figure:
                 ax.xaxis.set_minor_formatter(NullFormatter())
         axes[0].set_ylabel("fraction of completed requests")
         handles, names = axes[0].get_legend_handles_labels()
-        fig.legend(handles, names, loc="outside right upper")
+        if legend_below(names):
+            wrapped = [wrap_label(name) for name in names]
+            columns = _legend_columns(len(names), size[0])
+            fig.legend(handles, wrapped, loc="outside lower center", ncols=columns)
+        else:
+            fig.legend(handles, names, loc="outside right upper")
         fig.suptitle("Latency CDFs")
     return fig
 
 
 def rate_sweep(points: Mapping[str, Sequence[tuple[float, float]]]) -> Figure:
-    """Figure 5a: mean normalized latency against request rate, one line per allocator.
+    """Figure 5a: mean normalized latency against request rate, one line per allocator (and
+    combination of the other varied fields: `sim.reports.varied.line_labels`).
 
     `points[label]` holds (request_rate, normalized_latency_s_per_token) pairs.
     """
     with figure_style():
-        fig, ax = _subplots(figsize=(6.0, 3.8))
+        fig, ax = _subplots(figsize=_capped(6.0, 3.8 + legend_height_in(list(points), 6.0)))
         for index, (label, pairs) in enumerate(points.items()):
             ordered = sorted(pairs)
             ax.plot(
@@ -343,17 +446,19 @@ def rate_sweep(points: Mapping[str, Sequence[tuple[float, float]]]) -> Figure:
         ax.set_ylabel("mean normalized latency (s/token)")
         ax.set_title("Normalized latency vs request rate")
         ax.set_ylim(bottom=0)
-        ax.legend()
+        add_run_legend(fig, ax)
     return fig
 
 
 def block_size_sweep(points: Mapping[str, Sequence[tuple[float, float, float]]]) -> Figure:
-    """Figure 5b: waste % and throughput against block size, one line per allocator.
+    """Figure 5b: waste % and throughput against block size, one line per allocator (and
+    combination of the other varied fields).
 
     `points[label]` holds (block_size_tokens, waste_pct, output_throughput_tok_per_s) triples.
     """
     with figure_style():
-        fig, (ax_waste, ax_throughput) = _subplots(1, 2, figsize=(9.0, 3.6))
+        size = _capped(9.0, 3.6 + legend_height_in(list(points), 9.0))
+        fig, (ax_waste, ax_throughput) = _subplots(1, 2, figsize=size)
         for index, (label, triples) in enumerate(points.items()):
             ordered = sorted(triples)
             sizes = [t[0] for t in ordered]
@@ -371,5 +476,5 @@ def block_size_sweep(points: Mapping[str, Sequence[tuple[float, float, float]]])
         ax_waste.set_title("Waste vs block size")
         ax_throughput.set_ylabel("output throughput (tokens/s)")
         ax_throughput.set_title("Throughput vs block size")
-        ax_throughput.legend()
+        add_run_legend(fig, ax_throughput)
     return fig

@@ -47,22 +47,41 @@ def load_results(results_dir: Path) -> LoadedRun:
     return LoadedRun(path=results_dir, summary=summary, requests=run.requests, steps=run.steps)
 
 
+def _grid_order(sweep_dir: Path, cells: list[Path]) -> list[Path]:
+    """A sweep's cells in grid order (sweep.parquet's rows: the spec's axes, first axis slowest), so
+    the report lists allocators in the spec's order; cells the table lacks follow by name. Cell
+    folders are named by a hash, so name order alone would be arbitrary."""
+    import pandas as pd
+
+    try:
+        order = pd.read_parquet(sweep_dir / SWEEP_TABLE, columns=["cell_id"])["cell_id"].astype(str).tolist()
+    except (OSError, KeyError, ValueError):
+        order = []  # an unreadable table changes only the order; the cells themselves are validated later
+    position = {cell_id: index for index, cell_id in enumerate(order)}
+    return sorted(cells, key=lambda cell: (position.get(cell.name, len(position)), cell.name))
+
+
 def expand_results_dirs(results_dirs: Sequence[Path]) -> list[Path]:
-    """The run folders behind the arguments, in name order.
+    """The run folders behind the arguments, in name order (a sweep's cells in grid order).
 
     A sweep folder (`kvsim sweep`: it holds sweep.parquet) stands for its finished cells,
     `cells/<id>/` with a summary.json; hidden folders (`cells/.partial/`) and cells without a
-    summary (not committed) are skipped, as the sweep itself counts them. A folder without result files
-    that holds run folders (e.g. the output of `kvsim compare`) stands for those sub-folders. Hidden
+    summary (not committed) are skipped, as the sweep itself counts them. A folder without result
+    files that holds run folders (e.g. the output of `kvsim compare`) stands for those sub-folders. Hidden
     folders (a crashed write's `.name.tmp-*`) are skipped; a sub-folder with only some result files is
     kept, so that loading refuses it by name instead of the report silently leaving it out."""
     expanded: list[Path] = []
     for results_dir in map(Path, results_dirs):
         if (results_dir / SWEEP_TABLE).is_file() and (results_dir / CELLS_DIR).is_dir():
-            cells = sorted(
-                child
-                for child in (results_dir / CELLS_DIR).iterdir()
-                if child.is_dir() and not child.name.startswith(".") and (child / "summary.json").is_file()
+            cells = _grid_order(
+                results_dir,
+                [
+                    child
+                    for child in (results_dir / CELLS_DIR).iterdir()
+                    if child.is_dir()
+                    and not child.name.startswith(".")
+                    and (child / "summary.json").is_file()
+                ],
             )
             if not cells:
                 raise ResultsError(f"{results_dir}: a sweep folder without finished cells (rerun the sweep)")

@@ -30,8 +30,8 @@ from sim.reports.render import (
     render_figures,
     render_html,
     render_markdown,
-    run_labels,
 )
+from sim.reports.varied import order_runs, run_labels
 
 
 def _publish(output_dir: Path, pngs: Mapping[str, bytes], markdown: str, page: str) -> None:
@@ -77,7 +77,8 @@ def report(
     if not results_dirs:
         raise ResultsError("no results folders given")
     run_dirs = expand_results_dirs(results_dirs)
-    runs = [load_results(path) for path in run_dirs]
+    # a sweep's cells by allocator and varied values (their folders are in hash order)
+    runs = order_runs([load_results(path) for path in run_dirs])
     add_gpu_cost(runs, gpu_hour_cost)  # USD per GPU-hour -> a USD / 1M output tokens column
     labels = run_labels(runs)
     output_dir = Path(output_dir) if output_dir is not None else default_output_dir(results_dirs)

@@ -11,13 +11,15 @@ import base64
 import html
 import json
 import math
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sim.core.taxonomy import PART_LABELS, SHOWN_PARTS, shown_shares_pct
 from sim.reports import diagnosis, figures
 from sim.reports.types import LoadedRun
+from sim.reports.varied import allocator_name as allocator_name  # re-exported: used by tests, notebooks
+from sim.reports.varied import line_labels
+from sim.reports.varied import run_labels as run_labels  # re-exported
 
 RESULT_FILES: tuple[str, ...] = ("summary.json", "requests.parquet", "steps.parquet")
 
@@ -107,55 +109,6 @@ UNITS_NOTE = (
 
 
 # ---------------------------------------------------------------------------------------------- labels
-
-
-def allocator_name(summary: Mapping[str, Any]) -> str:
-    """The allocator as summary.json names it (a string, or {name, params} rendered as name:k=v)."""
-    allocator = summary["allocator"]
-    if isinstance(allocator, Mapping):
-        params = allocator.get("params") or {}
-        suffix = ",".join(f"{k}={v}" for k, v in sorted(params.items()))
-        return f"{allocator.get('name', '?')}:{suffix}" if suffix else str(allocator.get("name", "?"))
-    return str(allocator)
-
-
-def _flatten(value: Any, prefix: str = "") -> dict[str, str]:
-    """Scenario dict → {dotted.key: str(value)} over its leaves."""
-    if isinstance(value, Mapping):
-        out: dict[str, str] = {}
-        for key, sub in value.items():
-            out.update(_flatten(sub, f"{prefix}{key}."))
-        return out
-    return {prefix.rstrip("."): str(value)}
-
-
-def run_labels(runs: Sequence[LoadedRun]) -> list[str]:
-    """One unique label per run: the allocator name, plus what tells apart runs sharing it.
-
-    Runs sharing an allocator name are told apart by the scenario fields that differ between them
-    (e.g. `paged (request_rate=4.0)`), else by folder name, else by position.
-    """
-    names = [allocator_name(run.summary) for run in runs]
-    labels = list(names)
-    for name in set(names):
-        members = [i for i, n in enumerate(names) if n == name]
-        if len(members) < 2:
-            continue
-        flat = [_flatten(runs[i].summary["scenario"]) for i in members]
-        keys = sorted(set().union(*flat) - {"name"})
-        differing = [k for k in keys if len({f.get(k) for f in flat}) > 1][:2]
-        for i, leaves in zip(members, flat, strict=True):
-            if differing:
-                detail = ", ".join(f"{k.rsplit('.', 1)[-1]}={leaves.get(k)}" for k in differing)
-            else:
-                detail = runs[i].path.name
-            labels[i] = f"{name} ({detail})"
-    counts, seen = Counter(labels), Counter[str]()
-    for i, label in enumerate(labels):
-        if counts[label] > 1:
-            seen[label] += 1
-            labels[i] = f"{label} #{seen[label]}"
-    return labels
 
 
 # ---------------------------------------------------------------------------------------------- tables
@@ -304,24 +257,31 @@ def sweep_points(
 ) -> tuple[dict[str, list[tuple[float, float]]], dict[str, list[tuple[float, float, float]]]]:
     """Figure 5's data, empty unless the folders form a sweep (rate or block size varies across them).
 
-    Lines are per allocator name: (rate, mean normalized latency) and (block size, waste %, output
-    throughput). Runs with a missing value (e.g. no completed requests) are left out of a line.
+    One line per allocator and combination of the other varied fields (`varied.line_labels`: a sweep
+    over models and rates draws one rate curve per model, not one saw-tooth through all of them):
+    (rate, mean normalized latency) and (block size, waste %, output throughput). Runs with a missing
+    value (e.g. no completed requests) are left out of a line.
     """
     rates = {request_rate(run.summary) for run in runs} - {None}
     sizes = {block_size(run.summary) for run in runs} - {None}
+    rate_lines, size_lines = line_labels(runs, RATE_FIELDS), line_labels(runs, BLOCK_SIZE_FIELDS)
     rate_points: dict[str, list[tuple[float, float]]] = {}
     size_points: dict[str, list[tuple[float, float, float]]] = {}
-    for run in runs:
-        name = allocator_name(run.summary)
+    for run, rate_line, size_line in zip(runs, rate_lines, size_lines, strict=True):
         metrics = run.summary["metrics"]
         rate, size = request_rate(run.summary), block_size(run.summary)
         latency = metrics["mean_normalized_latency_s_per_token"]
         if len(rates) > 1 and rate is not None and _finite(latency):
-            rate_points.setdefault(name, []).append((rate, float(latency)))
+            rate_points.setdefault(rate_line, []).append((rate, float(latency)))
         waste, throughput = metrics["waste_pct"], metrics["output_throughput"]
         if len(sizes) > 1 and size is not None and _finite(waste) and _finite(throughput):
-            size_points.setdefault(name, []).append((float(size), float(waste), float(throughput)))
+            size_points.setdefault(size_line, []).append((float(size), float(waste), float(throughput)))
     return rate_points, size_points
+
+
+# The scenario fields on figure 5's x axes (`request_rate`, `block_size` read them).
+RATE_FIELDS: frozenset[str] = frozenset({"workload.request_rate"})
+BLOCK_SIZE_FIELDS: frozenset[str] = frozenset({"block_size", "allocator.params.block_size"})
 
 
 def _finite(value: Any) -> bool:
