@@ -65,7 +65,6 @@ def engine_config(
 ) -> EngineConfig:
     """The engine knobs of a scenario (vLLM names map one to one) plus its engine preset's rules."""
     rules = rules_of(scenario.engine)
-    block_tokens = scenario.block_size if scenario.allocator.name == "paged" else 1
     return EngineConfig(
         max_num_seqs=scenario.max_num_seqs,
         max_num_batched_tokens=int(scenario.max_num_batched_tokens),
@@ -76,10 +75,7 @@ def engine_config(
         admit_after_preemption=rules.admit_after_preemption,
         # --swap-space is a real bound of the engine that swaps (v0); v1 never swaps
         swap_space_tokens=scenario.swap_space_tokens(),
-        swap_block_tokens=block_tokens,
         allocate_per_chunk=rules.allocate_per_chunk,
-        # prefix caching caches every full block (prompt and decode), so tokens need an identity
-        content_identity=scenario.enable_prefix_caching and scenario.allocator.name == "paged",
         multi_step=multi_step,
         max_step_rows=max_step_rows,
         export_layouts_every=scenario.export_layouts_every,

@@ -58,11 +58,7 @@ class EngineConfig:
     prefill_only_steps: bool = False
     admit_after_preemption: bool = True
     swap_space_tokens: int | None = None  # CPU swap bound in token slots (None: unbounded)
-    swap_block_tokens: int = 1  # swap is counted in whole blocks of this many tokens
     allocate_per_chunk: bool = False  # chunked prefill allocates per scheduled chunk (vLLM v1)
-    content_identity: bool = (
-        False  # name every request's own tokens for the prefix cache (SeqSpec.content_key)
-    )
     multi_step: bool = True  # exact multi-iteration jumps over decode-only stretches
     max_step_rows: int = 200_000  # steps table bound before downsampling
     export_layouts_every: int | None = None  # iterations between layout snapshots (None: off)
@@ -137,7 +133,8 @@ class Engine:
         self.log = RequestLog(len(requests))
         self.source = ArrivalSource(requests)
         self.sched = Scheduler(
-            RequestInfo(requests, config.max_model_len, config.content_identity),
+            # the allocator says whether its cache needs every request's tokens named (prefix caching)
+            RequestInfo(requests, config.max_model_len, allocator.content_identity),
             allocator,
             self.log,
             max_num_seqs=config.max_num_seqs,
@@ -149,7 +146,6 @@ class Engine:
             prefill_only_steps=config.prefill_only_steps,
             admit_after_preemption=config.admit_after_preemption,
             swap_space_tokens=config.swap_space_tokens,
-            swap_block_tokens=config.swap_block_tokens,
             allocate_per_chunk=config.allocate_per_chunk,
         )
         self.recorder = StepRecorder(config.max_step_rows)

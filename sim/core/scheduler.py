@@ -200,7 +200,6 @@ class Scheduler:
         prefill_only_steps: bool = False,
         admit_after_preemption: bool = True,
         swap_space_tokens: int | None = None,
-        swap_block_tokens: int = 1,
         allocate_per_chunk: bool = False,
     ) -> None:
         if preemption_mode not in ("recompute", "swap", "auto"):
@@ -224,7 +223,8 @@ class Scheduler:
         # num_new_tokens), not for the whole prompt at admission; only allocators that support it
         self.per_chunk = allocate_per_chunk and enable_chunked_prefill and allocator.allocates_per_chunk
         self.swap_space_tokens = swap_space_tokens
-        self.swap_block_tokens = max(1, swap_block_tokens)
+        # swap space is held in the allocator's own unit (whole blocks for a paged cache)
+        self.swap_block_tokens = max(1, int(allocator.swap_block_tokens))
         self.swap_used_tokens = 0
         self.swap_fallbacks = 0  # swap-outs turned into recompute for lack of swap space
         self._preempted = False  # a preemption since the last schedule (v1 admits nothing then)

@@ -206,7 +206,6 @@ def test_jumps_equal_stepping_with_the_real_paged_allocator_and_prefix_caching(e
             "max_model_len": 1024,
             "enable_chunked_prefill": chunked,
             "allocate_per_chunk": chunked,
-            "content_identity": True,
         },
     )
     results = []

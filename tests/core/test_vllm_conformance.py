@@ -283,7 +283,7 @@ def test_v0_swap_space_is_a_bound() -> None:
     `_swap_out` (v0 aborts with "Aborted due to the lack of CPU swap space"; kvsim recomputes instead).
     """
     requests = make_requests([0.0, 0.001], [16, 16], [40, 40])
-    knobs = {"max_model_len": 256, "preemption_mode": "swap", "swap_block_tokens": BLOCK}
+    knobs = {"max_model_len": 256, "preemption_mode": "swap"}  # FakePaged swaps whole blocks of BLOCK
     roomy = run_engine(
         requests, FakePaged(5 * BLOCK, BLOCK), LinearCost(0.01), engine_config("vllm-v0", **knobs)
     )
@@ -410,10 +410,14 @@ def test_a_sessions_next_turn_hits_the_previous_turns_output_blocks() -> None:
     requests["session_id"] = [0, 0]
     requests["prefix_group"] = [3, 3]
     requests["prefix_tokens"] = [0, 41]  # turn 2 starts with turn 1's 20 + 21 tokens
-    config = engine_config("vllm-v1", max_model_len=256, content_identity=True)
-    result = run_engine(requests, paged(32), LinearCost(0.01), config)
+    config = engine_config("vllm-v1", max_model_len=256)
+    cached = paged(32)
+    assert cached.content_identity  # prefix caching declares that tokens need a content identity
+    result = run_engine(requests, cached, LinearCost(0.01), config)
     assert result.requests["prefix_hit_tokens"].tolist() == [0, 32]  # 2 full blocks of turn 1's 41 tokens
-    anonymous = run_engine(requests, paged(32), LinearCost(0.01), engine_config("vllm-v1", max_model_len=256))
+    unnamed = paged(32)
+    unnamed.content_identity = False  # only the prompts' own names (prefix_group), as before the rule
+    anonymous = run_engine(requests, unnamed, LinearCost(0.01), config)
     assert anonymous.requests["prefix_hit_tokens"].tolist() == [0, 0]  # prompt-only naming: turn 1 held none
 
 
