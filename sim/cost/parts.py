@@ -52,8 +52,12 @@ def explicit_value(scenario: Any, field: str) -> Any:
 
 
 def scenario_engine(scenario: Any, engine: str | None = None) -> str:
-    """The engine preset: the argument, else the scenario's `engine` field, else "vllm-v0"."""
-    name = engine if engine is not None else getattr(scenario, "engine", None)
+    """The overhead preset: the argument, else the one the scenario's engine pays (a registered engine
+    names it, `Scenario.framework_overhead`), else the scenario's `engine` field, else "vllm-v0"."""
+    overhead_of = getattr(scenario, "framework_overhead", None)
+    name = engine if engine is not None else overhead_of() if callable(overhead_of) else None
+    if name is None:
+        name = getattr(scenario, "engine", None)
     if name is None:
         return DEFAULT_ENGINE
     return str(getattr(name, "value", name)).strip().lower()

@@ -16,8 +16,8 @@ from allocators.base import SeqSpec
 from allocators.block_pool import BlockPool
 from allocators.paged import PagedAllocator
 from sim.core.engine import EngineConfig, run_engine
+from sim.engines import VllmV0Policy, VllmV1Policy, engine_policy
 from sim.errors import ScenarioError
-from sim.scenario.engine_presets import RULES
 from sim.scenario.scenario import Scenario
 
 BLOCK = 16
@@ -45,12 +45,7 @@ def plain(seq_id: int, prompt_tokens: int, output_tokens: int = 1) -> SeqSpec:
 
 
 def engine_config(engine: str, **knobs: object) -> EngineConfig:
-    rules = RULES[engine]
-    return EngineConfig(
-        prefill_only_steps=rules.prefill_only_steps,
-        admit_after_preemption=rules.admit_after_preemption,
-        **knobs,
-    )
+    return EngineConfig(policy=engine_policy(engine), **knobs)
 
 
 # --- prefix caching: kv_cache_manager.get_computed_blocks / block_pool ------------------------------
@@ -438,6 +433,11 @@ def _scheduler(alloc: PagedAllocator, requests, **knobs):
     return Scheduler(RequestInfo(requests, 512), alloc, RequestLog(len(requests)), **{**base, **knobs})
 
 
+def _v1_scheduler(alloc: PagedAllocator, requests, **knobs):
+    """v1 allocates per scheduled chunk (VllmV1Policy.admit)."""
+    return _scheduler(alloc, requests, policy=VllmV1Policy(), **knobs)
+
+
 def test_chunked_prefill_allocates_blocks_per_scheduled_chunk() -> None:
     """Rule (v1): under chunked prefill a request holds blocks for the tokens scheduled so far (its
     cache hits plus each chunk), not for its whole prompt from admission on.
@@ -448,7 +448,7 @@ def test_chunked_prefill_allocates_blocks_per_scheduled_chunk() -> None:
     """
     requests = make_requests([0.0], [100], [3])
     alloc = paged(64, caching=False)
-    sched = _scheduler(alloc, requests, allocate_per_chunk=True)
+    sched = _v1_scheduler(alloc, requests)
     sched.enqueue(0, 0.0)
     held = []
     for step in range(4):
@@ -457,7 +457,7 @@ def test_chunked_prefill_allocates_blocks_per_scheduled_chunk() -> None:
         sched.complete(1, plan, float(step) + 0.5)
     assert held == [2, 4, 6, 7]  # 32, 64, 96, 100 tokens scheduled
     whole = paged(64, caching=False)
-    sched = _scheduler(whole, requests, allocate_per_chunk=False)  # v0: the whole prompt at once
+    sched = _scheduler(whole, requests, policy=VllmV0Policy())  # v0: the whole prompt at once
     sched.enqueue(0, 0.0)
     sched.schedule(0.0)
     assert int(whole.num_seq_blocks[0]) == 7
@@ -472,7 +472,7 @@ def test_a_chunk_that_does_not_fit_preempts_the_newest_request() -> None:
     """
     requests = make_requests([0.0, 0.0], [60, 80], [30, 3])
     alloc = paged(6, caching=False)
-    sched = _scheduler(alloc, requests, max_num_batched_tokens=40, allocate_per_chunk=True)
+    sched = _v1_scheduler(alloc, requests, max_num_batched_tokens=40)
     sched.enqueue(0, 0.0)
     sched.enqueue(1, 0.0)
     plan = sched.schedule(0.0)  # A: 40 tokens (3 blocks); no budget left for B
