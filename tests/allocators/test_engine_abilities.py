@@ -38,3 +38,19 @@ def test_the_window_wrapper_declares_what_its_paged_cache_declares() -> None:
     alloc = scenario.make_allocator()
     assert type(alloc).__name__ == "UniformWindowAccounting"
     assert (alloc.swap_block_tokens, alloc.content_identity) == (32, True)
+
+
+@pytest.mark.parametrize("caching", [False, True])
+def test_hybrid_swaps_whole_blocks_and_names_content_with_caching(caching: bool) -> None:
+    """The hybrid manager's blocks move and are cached like paged's (a fix of issue 22 §1: the engine
+    once gave both to `paged` by name only)."""
+    scenario = default_scenario().with_overrides(
+        model="Gemma-3-27B",
+        gpu="H200-141GB",
+        kv_cache_memory="4GiB",
+        allocator="hybrid",
+        block_size=32,
+        enable_prefix_caching=caching,
+    )
+    alloc = scenario.make_allocator()
+    assert (alloc.swap_block_tokens, alloc.content_identity) == (32, caching)
