@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from _cli_helpers import run_cli
 
-from sim.cli import main
 from sim.core.policy import ContinuousBatchingPolicy, StepPlan
 from sim.core.scheduler import Scheduler
 from sim.engines import available_engines, engine_policy, register_engine, unregister_engine
@@ -56,14 +56,6 @@ def toy_registered() -> Iterator[StaticBatchingPolicy]:
     unregister_engine(TOY)
 
 
-def _run(args: list[str]) -> int:
-    try:
-        main(args)
-    except SystemExit as exc:
-        return int(exc.code or 0)
-    return 0
-
-
 def _batches_overlap(requests: pd.DataFrame) -> bool:
     """Whether some request was admitted while another, admitted earlier, was still running."""
     done = requests.dropna(subset=["admitted_s"]).sort_values("admitted_s")
@@ -77,7 +69,7 @@ def _batches_overlap(requests: pd.DataFrame) -> bool:
 
 def test_a_registered_toy_engine_runs_through_kvsim_run(toy_registered, tmp_path: Path) -> None:
     out = tmp_path / "toy"
-    assert _run(["run", "--engine", TOY, "--num-prompts", "40", "-o", str(out)]) == 0
+    assert run_cli(["run", "--engine", TOY, "--num-prompts", "40", "-o", str(out)]) == 0
     summary = json.loads((out / "summary.json").read_text())
     assert summary["scenario"]["engine"] == TOY
     assert summary["scenario"]["max_num_seqs"] == 7  # the toy's own preset default
@@ -88,13 +80,13 @@ def test_a_registered_toy_engine_runs_through_kvsim_run(toy_registered, tmp_path
     assert not _batches_overlap(requests)  # the toy's rule: no admission into a running batch
     # the same workload under a registered vLLM engine does admit into running batches
     other = tmp_path / "v0"
-    assert _run(["run", "--engine", "vllm-v0", "--num-prompts", "40", "-o", str(other)]) == 0
+    assert run_cli(["run", "--engine", "vllm-v0", "--num-prompts", "40", "-o", str(other)]) == 0
     assert _batches_overlap(pd.read_parquet(other / "requests.parquet"))
 
 
 def test_the_toy_preset_refuses_what_it_cannot_do(toy_registered, tmp_path: Path, capsys) -> None:
     bad = tmp_path / "bad"
-    assert _run(["run", "--engine", TOY, "--preemption-mode", "swap", "-o", str(bad)]) == 2
+    assert run_cli(["run", "--engine", TOY, "--preemption-mode", "swap", "-o", str(bad)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and f"{TOY} only recomputes" in err[0]
     assert not bad.exists()
@@ -104,7 +96,7 @@ def test_unregistered_engines_are_refused_with_the_known_ones(tmp_path: Path, ca
     assert TOY not in available_engines()
     with pytest.raises(ValueError, match=f"unknown engine '{TOY}'; known: vllm-v0, vllm-v1"):
         engine_policy(TOY)
-    assert _run(["run", "--engine", TOY, "-o", str(tmp_path / "x")]) == 2
+    assert run_cli(["run", "--engine", TOY, "-o", str(tmp_path / "x")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "vllm-v0, vllm-v1" in err[0] and "Traceback" not in err[0]
 

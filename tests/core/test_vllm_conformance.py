@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from _cli_helpers import run_cli
 from _engine_helpers import FakePaged, LinearCost, make_requests
 
 from allocators.base import SeqSpec
@@ -489,27 +490,17 @@ def test_a_chunk_that_does_not_fit_preempts_the_newest_request() -> None:
 # --- the flag -------------------------------------------------------------------------------------
 
 
-def _cli(args: list[str]) -> int:
-    from sim.cli import main
-
-    try:
-        main(args)
-    except SystemExit as exc:
-        return int(exc.code or 0)
-    return 0
-
-
 def test_engine_flag_reaches_the_scenario_and_explicit_flags_win(tmp_path, capsys) -> None:
     import json
 
     out = tmp_path / "v1"
     args = ["run", "--engine", "vllm-v1", "--no-enable-prefix-caching", "--num-prompts", "30", "-o", str(out)]
-    assert _cli(args) == 0
+    assert run_cli(args) == 0
     assert "vllm-v1" in capsys.readouterr().out
     scenario = json.loads((out / "summary.json").read_text())["scenario"]
     assert (scenario["engine"], scenario["enable_chunked_prefill"]) == ("vllm-v1", True)
     assert scenario["enable_prefix_caching"] is False  # the explicit flag beats the preset
-    assert _cli(["run", "--engine", "vllm-v2", "-o", str(tmp_path / "x")]) == 2
+    assert run_cli(["run", "--engine", "vllm-v2", "-o", str(tmp_path / "x")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "field 'engine'" in err[0]
     assert not (tmp_path / "x").exists()
