@@ -201,6 +201,14 @@ class Allocator(Protocol):
     # Whether growing sequences can free memory (sliding windows drop blocks they no longer read), so
     # a waiting request may fit in the middle of a decode stretch, not only when a request finishes.
     frees_while_growing: bool
+    # Tokens per unit in which a preempted sequence's KV is swapped to CPU memory: a paged cache moves
+    # whole blocks (vLLM v0 block_manager_v1.py `BlockSpaceManager.swap_out` maps GPU blocks to CPU
+    # blocks), so the swap space a sequence holds is its token count rounded up to this many.
+    swap_block_tokens: int
+    # Whether the allocator caches KV by content (prefix caching over every full block, prompt and
+    # generated): then every request's own tokens need a name (`SeqSpec.content_key`), as vLLM hashes
+    # each full block's token ids (v1 block_pool.py `BlockPool.cache_full_blocks`).
+    content_identity: bool
 
     def demand_tokens(self, seq: SeqSpec) -> int:
         """Slots this policy needs free, in one piece where the policy needs one, to admit `seq`."""
@@ -285,6 +293,8 @@ class AllocatorBase:
     capacity_tokens: int
     allocates_per_chunk: bool = False  # admit holds the whole prompt (and a slab its whole reservation)
     frees_while_growing: bool = False  # memory comes back only when a sequence is released
+    swap_block_tokens: int = 1  # swapped token by token (a slab moves exactly its tokens)
+    content_identity: bool = False  # no content cache: requests need no names beyond their prompt's
 
     def rejection_reason(self, seq: SeqSpec) -> str:
         """No reason of its own: the engine says the demand exceeds the cache."""

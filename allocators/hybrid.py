@@ -62,6 +62,8 @@ class HybridPagedAllocator(AllocatorBase):
         self.prefill_chunk_tokens = prefill_chunk_tokens
         self.plan = plan
         self.block_size = block_size
+        # a preempted sequence swaps whole blocks, as paged does (vLLM v0 block_manager swap_out)
+        self.swap_block_tokens = block_size
         self.max_model_len = max_model_len
         self.slots_per_token = plan.num_layers
         self.capacity_tokens = capacity_tokens * plan.num_layers  # layer-slots

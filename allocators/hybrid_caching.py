@@ -99,6 +99,8 @@ class HybridPrefixCachingAllocator(HybridPagedAllocator):
         super().__init__(capacity_tokens, block_size, plan, max_model_len, prefill_chunk_tokens)
         self.pool = BlockPool(self.num_blocks, enable_caching=True)
         self.enable_prefix_caching = True
+        # every full block is cached by content, so each request's own tokens need a name (as paged)
+        self.content_identity = True
         self.prefix_hit = np.zeros(0, dtype=np.int64)
         self.named_rows = np.zeros(0, dtype=np.int64)
         self.window_needed_blocks = window_needed_blocks(plan.window_tokens, block_size)

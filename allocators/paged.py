@@ -88,6 +88,9 @@ class PagedAllocator(AllocatorBase):
         self.block_size = block_size
         self.num_blocks = capacity_tokens // block_size
         self.enable_prefix_caching = enable_prefix_caching
+        # swap moves whole blocks; with caching every full block (prompt or generated) is named by content
+        self.swap_block_tokens = block_size
+        self.content_identity = enable_prefix_caching
         self.share_prefixes = share_prefixes
         self.fork_copies = fork_copies
         self.max_model_len = max_model_len

@@ -43,6 +43,9 @@ class VirtualAllocator(PagedAllocator):
             fork_copies=True,
             max_model_len=max_model_len,
         )
+        # Swap space is counted token by token, as before abilities were declared (the engine rounded
+        # only the `paged` family to blocks); vAttention (ASPLOS 2025) models no swap to CPU memory.
+        self.swap_block_tokens = 1
 
     def physical_bytes_mapped(self) -> int | None:
         """Bytes of physical pages mapped now, all layers, K and V (None without num_layers)."""

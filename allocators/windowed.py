@@ -193,6 +193,14 @@ class UniformWindowAccounting(AllocatorBase):
     def allocates_per_chunk(self) -> bool:  # type: ignore[override]
         return bool(self.inner.allocates_per_chunk)
 
+    @property
+    def swap_block_tokens(self) -> int:  # type: ignore[override]
+        return int(self.inner.swap_block_tokens)
+
+    @property
+    def content_identity(self) -> bool:  # type: ignore[override]
+        return bool(self.inner.content_identity)
+
     def rejection_reason(self, seq: SeqSpec) -> str:
         return self.inner.rejection_reason(seq)
 

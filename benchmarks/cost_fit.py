@@ -1,6 +1,6 @@
 """Refit the cost model's GPU constants from ../shared/profiles and print them with their errors.
 
-Prints, per measured GPU: the fitted `LinearFit` (the literal stored in sim/scenario/presets.py
+Prints, per measured GPU: the fitted `LinearFit` (the literal stored in sim/cost/gpu_fits.py
 GPU_LINEAR_FITS), each file's MAPE before the fit (the old constants: hard max, HBM 0.8, FLOPs 0.5)
 and after it, and the leave-one-model-out MAPE (fit on the GPU's other files, validate on this one).
 Then the all-reduce tables (the literal stored in sim/cost/network.py ALL_REDUCE_TABLES).
@@ -69,7 +69,7 @@ def main() -> None:
         for name, n, before, after, lomo in result["rows"]:
             lomo_text = "-" if lomo is None else f"{lomo:.2f} %"
             print(f"| {name} | {n} | {before:.2f} % | {after:.2f} % | {lomo_text} |")
-    print("\n# sim/scenario/presets.py GPU_LINEAR_FITS (measured GPUs)")
+    print("\n# sim/cost/gpu_fits.py GPU_LINEAR_FITS (measured GPUs)")
     for gpu_name, result in results.items():
         print(f"{gpu_name!r}: {result['fit']!r},")
     print("\n# sim/cost/network.py ALL_REDUCE_TABLES")

@@ -1,7 +1,7 @@
 """Plot measured vs predicted linear-layer time per GPU (docs/img/cost_validation.png).
 
 Top row: per-layer time against batch tokens for each shared file at TP 1 and TP 8 (dots: Vidur's
-measured medians; lines: kvsim's fitted model from sim/scenario/presets.py). Bottom row: every row's predicted
+measured medians; lines: kvsim's fitted model from sim/cost/gpu_fits.py). Bottom row: every row's predicted
 against measured time, with the +-10 % band. Reads ../shared/profiles; writes nothing else.
 
 Run: PYTHONPATH=. .venv/bin/python benchmarks/cost_plot.py [--profiles DIR] [--output PNG]

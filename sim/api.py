@@ -23,7 +23,6 @@ from sim.core.engine import EngineConfig, run_engine
 from sim.core.metrics import summarize
 from sim.cost.model import CostModel
 from sim.results import Run
-from sim.scenario.engine_presets import rules_of
 from sim.scenario.scenario import Scenario
 
 # `kvsim compare` with no --allocators: the paper's contenders, same workload and seed for each.
@@ -63,23 +62,16 @@ def _installed_versions() -> dict[str, str]:
 def engine_config(
     scenario: Scenario, *, multi_step: bool = True, max_step_rows: int = 200_000
 ) -> EngineConfig:
-    """The engine knobs of a scenario (vLLM names map one to one) plus its engine preset's rules."""
-    rules = rules_of(scenario.engine)
-    block_tokens = scenario.block_size if scenario.allocator.name == "paged" else 1
+    """The engine knobs of a scenario (vLLM names map one to one) plus its engine's policy."""
     return EngineConfig(
         max_num_seqs=scenario.max_num_seqs,
         max_num_batched_tokens=int(scenario.max_num_batched_tokens),
         max_model_len=int(scenario.max_model_len),
         enable_chunked_prefill=scenario.enable_chunked_prefill,
         preemption_mode=scenario.preemption_mode,
-        prefill_only_steps=rules.prefill_only_steps,
-        admit_after_preemption=rules.admit_after_preemption,
         # --swap-space is a real bound of the engine that swaps (v0); v1 never swaps
         swap_space_tokens=scenario.swap_space_tokens(),
-        swap_block_tokens=block_tokens,
-        allocate_per_chunk=rules.allocate_per_chunk,
-        # prefix caching caches every full block (prompt and decode), so tokens need an identity
-        content_identity=scenario.enable_prefix_caching and scenario.allocator.name == "paged",
+        policy=scenario.engine_policy(),
         multi_step=multi_step,
         max_step_rows=max_step_rows,
         export_layouts_every=scenario.export_layouts_every,

@@ -103,6 +103,7 @@ class FakePaged(AllocatorBase):
 
     def __init__(self, capacity_tokens: int, block_size: int = 16) -> None:
         self.block_size = block_size
+        self.swap_block_tokens = block_size  # swaps whole blocks, as the paged allocator declares
         self.num_blocks = capacity_tokens // block_size
         self.capacity_tokens = capacity_tokens
         self.length: dict[int, int] = {}

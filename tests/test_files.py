@@ -18,24 +18,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _cli_helpers import run_cli
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from sim import files
 from sim.api import simulate
-from sim.cli import main
 from sim.errors import ResultsError
 from sim.files import MARKER_FILE, OutputPathError
 from sim.results import load_run, write_run
 from sim.scenario.scenario import default_scenario
-
-
-def run_cli(args: list[str]) -> int:
-    try:
-        main(args)
-    except SystemExit as exc:
-        return int(exc.code or 0)
-    return 0
 
 
 @pytest.fixture(scope="module")

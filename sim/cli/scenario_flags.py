@@ -54,7 +54,10 @@ SCENARIO_FLAGS: tuple[ScenarioFlag, ...] = (
     ScenarioFlag(
         "engine",
         str | None,
-        typer.Option("--engine", help="Engine preset: vllm-v0 (the paper's, default) or vllm-v1 (today's)."),
+        typer.Option(
+            "--engine",
+            help="Engine: vllm-v0 (the paper's, default), vllm-v1 (today's), or any registered.",
+        ),
         "engine",
     ),
     ScenarioFlag(

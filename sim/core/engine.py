@@ -33,6 +33,7 @@ import simpy
 from allocators.base import Allocator, Layout
 from sim.core.arrivals import ArrivalSource
 from sim.core.metrics import RequestLog, StepRecorder, StepRow, TimeIntegrals
+from sim.core.policy import ContinuousBatchingPolicy, SchedulePolicy
 from sim.core.protocols import StepCostModel
 from sim.core.scheduler import RequestInfo, Scheduler
 
@@ -53,16 +54,11 @@ class EngineConfig:
     max_num_batched_tokens: int = 8192
     max_model_len: int = 2048
     enable_chunked_prefill: bool = False
-    preemption_mode: str = "recompute"  # recompute | swap | auto (vLLM v0's choice per sequence group)
-    # Engine-preset rules (sim/scenario/engine_presets.py EngineRules; defaults: the mixed-step engine).
-    prefill_only_steps: bool = False
-    admit_after_preemption: bool = True
+    preemption_mode: str = "recompute"  # one of the policy's preemption_modes (v0 adds "auto")
     swap_space_tokens: int | None = None  # CPU swap bound in token slots (None: unbounded)
-    swap_block_tokens: int = 1  # swap is counted in whole blocks of this many tokens
-    allocate_per_chunk: bool = False  # chunked prefill allocates per scheduled chunk (vLLM v1)
-    content_identity: bool = (
-        False  # name every request's own tokens for the prefix cache (SeqSpec.content_key)
-    )
+    # The engine's step planning (sim/core/policy.py; the presets are in sim/engines/). Default: mixed
+    # steps, the plan the presets share.
+    policy: SchedulePolicy = field(default_factory=ContinuousBatchingPolicy)
     multi_step: bool = True  # exact multi-iteration jumps over decode-only stretches
     max_step_rows: int = 200_000  # steps table bound before downsampling
     export_layouts_every: int | None = None  # iterations between layout snapshots (None: off)
@@ -72,9 +68,10 @@ class EngineConfig:
         for name in ("max_num_seqs", "max_num_batched_tokens", "max_model_len", "max_step_rows"):
             if getattr(self, name) < 1:
                 raise ValueError(f"EngineConfig.{name} must be >= 1 (got {getattr(self, name)})")
-        if self.preemption_mode not in ("recompute", "swap", "auto"):
+        if self.preemption_mode not in self.policy.preemption_modes:
             raise ValueError(
-                f"EngineConfig.preemption_mode must be recompute|swap|auto (got {self.preemption_mode!r})"
+                f"EngineConfig.preemption_mode must be {'|'.join(self.policy.preemption_modes)} for engine "
+                f"{self.policy.name} (got {self.preemption_mode!r})"
             )
 
 
@@ -137,7 +134,8 @@ class Engine:
         self.log = RequestLog(len(requests))
         self.source = ArrivalSource(requests)
         self.sched = Scheduler(
-            RequestInfo(requests, config.max_model_len, config.content_identity),
+            # the allocator says whether its cache needs every request's tokens named (prefix caching)
+            RequestInfo(requests, config.max_model_len, allocator.content_identity),
             allocator,
             self.log,
             max_num_seqs=config.max_num_seqs,
@@ -146,11 +144,8 @@ class Engine:
             enable_chunked_prefill=config.enable_chunked_prefill,
             preemption_mode=config.preemption_mode,
             on_request_done=self.source.request_done,
-            prefill_only_steps=config.prefill_only_steps,
-            admit_after_preemption=config.admit_after_preemption,
             swap_space_tokens=config.swap_space_tokens,
-            swap_block_tokens=config.swap_block_tokens,
-            allocate_per_chunk=config.allocate_per_chunk,
+            policy=config.policy,
         )
         self.recorder = StepRecorder(config.max_step_rows)
         self.integrals = TimeIntegrals()
@@ -246,11 +241,8 @@ class Engine:
                 continue
 
             self.turns += 1
-            n_dec = len(sched.decode)
+            n_dec, ctx0 = plan.decode_seqs, plan.decode_context_tokens  # what decodes in this step
             it0 = sched.it
-            ctx0 = sched.kv_off_sum + n_dec * it0  # sched.decode_context_tokens(), inlined (every turn)
-            if plan.decodes_paused:  # a prefill-only step (vllm-v0): no decode runs in it
-                n_dec, ctx0 = 0, 0
             iterations, step_durations = 1, None
             # plan.decode_only, and no rule holding admission back for just this step
             if multi_step and not plan.chunks and not plan.swap_tokens and not plan.single_step:

@@ -1,10 +1,12 @@
 """Who runs next: FCFS admission, the running batch, preemption -- through the allocator Protocol only.
 
 Why a separate module: the serving loop (sim/core/engine.py) owns time, cost and SimPy; this module owns
-the *state* of the batch and the vLLM-style policy decisions (FCFS with head-of-line blocking,
-`max_num_seqs`, `max_num_batched_tokens`, chunked prefill, newest-first preemption, recompute vs
-swap). It never looks inside an allocator: it calls `demand_tokens`, `admit`, `fork`, `grow`,
-`release` and `prefix_hit_tokens`, nothing else.
+the *state* of the batch and its mechanics (FCFS admission with head-of-line blocking within
+`max_num_seqs` and a token budget, chunked prefill, swap-in, newest-first preemption, completion).
+What goes into each step is the engine's policy (`sim/core/policy.py` `SchedulePolicy`, one class per
+engine in `sim/engines/`), which composes the public mechanics below. It never looks inside an
+allocator: it calls `demand_tokens`, `admit`, `fork`, `grow`, `release` and `prefix_hit_tokens`, and
+reads its declared abilities, nothing else.
 
 Why this state layout: decoding sequences all advance one token per iteration, so each one is
 stored as offsets against the global iteration counter `it` (emitted = em_off + it,
@@ -19,13 +21,13 @@ import heapq
 import math
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 
 from allocators.base import Allocator, SeqSpec
 from sim.core.metrics import FINISH_KV_EXHAUSTED, FINISH_LENGTH, FINISH_STOP, RequestLog
+from sim.core.policy import ContinuousBatchingPolicy, SchedulePolicy, StepPlan
 
 
 class WorkItem:
@@ -74,19 +76,6 @@ class PrefillGroup:
 
 # Decode record: a list for cheap field access. Indices:
 _REQ, _SAMPLE, _EM_OFF, _KV_OFF, _TARGET, _STAMP = range(6)
-
-
-@dataclass(slots=True)
-class StepPlan:
-    """What the scheduler put into one step (the engine prices it and records it)."""
-
-    chunks: list[tuple[PrefillGroup, int]] = field(default_factory=list)
-    prefill_tokens: int = 0
-    prefill_context_tokens: int = 0
-    swap_tokens: int = 0  # swapped in this step plus swapped out after the previous step
-    first_tokens: int = 0  # samples whose prefill completes in this step (each samples its 1st token)
-    decodes_paused: bool = False  # a prefill-only step (vllm-v0): running decodes sit this step out
-    single_step: bool = False  # admission was held back by a rule, not by memory: no multi-step jump
 
 
 def _int64_column(requests: pd.DataFrame, name: str) -> np.ndarray:
@@ -183,7 +172,13 @@ class RequestInfo:
 
 
 class Scheduler:
-    """FCFS continuous-batching scheduler over one allocator (vLLM semantics, see docs/metrics.md)."""
+    """The batch of one run over one allocator, planned step by step by an engine policy.
+
+    Mechanics for policies (`sim/core/policy.py`): `swap_in`, `add_swap_outs`, `continue_prefills`,
+    `admit_waiting`, `pause_decodes`; state they read: `waiting`, `swapped`, `num_decode`,
+    `num_seqs`, `preempted`, `chunked`, `max_num_batched_tokens`, `preemption_mode`,
+    `unfinished_samples`.
+    """
 
     def __init__(
         self,
@@ -197,15 +192,14 @@ class Scheduler:
         enable_chunked_prefill: bool,
         preemption_mode: str,
         on_request_done: Callable[[int, float], None] | None = None,
-        prefill_only_steps: bool = False,
-        admit_after_preemption: bool = True,
         swap_space_tokens: int | None = None,
-        swap_block_tokens: int = 1,
-        allocate_per_chunk: bool = False,
+        policy: SchedulePolicy | None = None,
     ) -> None:
-        if preemption_mode not in ("recompute", "swap", "auto"):
+        self.policy: SchedulePolicy = ContinuousBatchingPolicy() if policy is None else policy
+        if preemption_mode not in self.policy.preemption_modes:
             raise ValueError(
-                f"preemption_mode must be 'recompute', 'swap' or 'auto' (got {preemption_mode!r})"
+                f"preemption_mode must be one of {', '.join(self.policy.preemption_modes)} for engine "
+                f"{self.policy.name} (got {preemption_mode!r})"
             )
         self.info = info
         self.alloc = allocator
@@ -214,20 +208,15 @@ class Scheduler:
         self.max_num_batched_tokens = max_num_batched_tokens
         self.max_model_len = max_model_len
         self.chunked = enable_chunked_prefill
-        self.swap_mode = preemption_mode == "swap"
-        self.auto_mode = preemption_mode == "auto"  # vLLM v0's choice (see _swaps)
-        # Engine-preset rules (sim/scenario/engine_presets.py EngineRules, docs/engines.md). Prefill-only
-        # steps are v0's non-chunked scheduler; with chunked prefill v0 mixes too (_schedule_chunked_prefill).
-        self.prefill_only_steps = prefill_only_steps and not enable_chunked_prefill
-        self.admit_after_preemption = admit_after_preemption
-        # vLLM v1 allocates blocks for the chunk it schedules (kv_cache_manager.py allocate_slots with
-        # num_new_tokens), not for the whole prompt at admission; only allocators that support it
-        self.per_chunk = allocate_per_chunk and enable_chunked_prefill and allocator.allocates_per_chunk
+        self.preemption_mode = preemption_mode
+        # a prompt can be allocated chunk by chunk only under chunked prefill and by an allocator that can
+        self._can_allocate_per_chunk = enable_chunked_prefill and allocator.allocates_per_chunk
         self.swap_space_tokens = swap_space_tokens
-        self.swap_block_tokens = max(1, swap_block_tokens)
+        # swap space is held in the allocator's own unit (whole blocks for a paged cache)
+        self.swap_block_tokens = max(1, int(allocator.swap_block_tokens))
         self.swap_used_tokens = 0
         self.swap_fallbacks = 0  # swap-outs turned into recompute for lack of swap space
-        self._preempted = False  # a preemption since the last schedule (v1 admits nothing then)
+        self.preempted = False  # a preemption since the last step was planned (v1 admits nothing then)
         self.on_request_done = on_request_done
         self.capacity_tokens = int(allocator.capacity_tokens)
 
@@ -343,28 +332,37 @@ class Scheduler:
     # -- one step ------------------------------------------------------------------------------------------
 
     def schedule(self, now_s: float) -> StepPlan:
-        """Fill this step: swap-ins, running prefill chunks, then FCFS admissions within the limits."""
+        """The next step's plan: the policy's, with the running decodes' part filled in."""
         if not (self.waiting or self.swapped or self.prefilling or self.pending_swap_out_tokens):
-            # Nothing to add (the jump turns between arrivals): a decode-only plan, without the work below.
-            self._preempted = False
-            return StepPlan()
-        plan = StepPlan()
-        if self.prefill_only_steps and not self.swapped:
-            # vLLM v0 (vllm/core/scheduler.py Scheduler._schedule, v0.1-v0.3): with nothing swapped
-            # out, waiting prompts are scheduled first within the whole budget; if any were, the step
-            # runs only them and the running decodes wait for the next step.
-            self._admit_waiting(plan, self.max_num_batched_tokens, now_s)
-            if plan.chunks:
-                plan.decodes_paused = True
-                plan.swap_tokens += self.pending_swap_out_tokens
-                self.pending_swap_out_tokens = 0
-                self._preempted = False
-                return plan
-        if self.swapped:
-            self._swap_in(now_s, plan)
+            # Nothing to add (the jump turns between arrivals): a decode-only plan, without the policy.
+            plan = StepPlan()
+        else:
+            plan = self.policy.plan_step(self, now_s)
+        self.preempted = False
+        if plan.decodes_run:
+            num = len(self.decode)
+            plan.decode_seqs = num
+            plan.decode_context_tokens = self.kv_off_sum + num * self.it
+        return plan
+
+    # -- mechanics a policy composes a step of ----------------------------------------------------------
+
+    def unfinished_samples(self, req: int) -> int:
+        """Samples of `req` not finished yet (parallel sampling: n of them at admission)."""
+        return int(self.log.samples_left[req])
+
+    def pause_decodes(self, plan: StepPlan) -> None:
+        """Run this step without the running decodes: they emit nothing and do not grow."""
+        plan.decodes_run = False
+
+    def add_swap_outs(self, plan: StepPlan) -> None:
+        """Charge this step with the swap-outs of the previous step's preemptions."""
         plan.swap_tokens += self.pending_swap_out_tokens
         self.pending_swap_out_tokens = 0
-        budget = self.max_num_batched_tokens - len(self.decode)
+
+    def continue_prefills(self, plan: StepPlan, budget: int, now_s: float) -> int:
+        """The next chunk of each partly prefilled group, oldest first, within `budget` tokens;
+        returns the budget left. A chunk that the allocator cannot hold preempts (`_grow_chunk`)."""
         for group in list(self.prefilling):  # partially prefilled groups (chunked prefill only)
             if budget <= 0:
                 break
@@ -375,22 +373,19 @@ class Scheduler:
                 continue
             self._add_chunk(plan, group, chunk)
             budget -= chunk
-        if self.prefill_only_steps:  # admission was tried above: this is a decode step
-            pass
-        elif self._preempted and not self.admit_after_preemption and self.num_seqs > 0:
-            # vLLM v1 (vllm/v1/core/sched/scheduler.py Scheduler.schedule): waiting requests are
-            # scheduled only `if not preempted_reqs`, so a step that preempted admits nobody.
-            plan.single_step = bool(self.waiting)
-        elif not self.swapped:
-            self._admit_waiting(plan, budget, now_s)
-        self._preempted = False
-        return plan
+        return budget
 
-    def _admit_waiting(self, plan: StepPlan, budget: int, now_s: float) -> int:
-        """FCFS admissions from the waiting queue within `budget` tokens; returns the budget left."""
+    def admit_waiting(self, plan: StepPlan, budget: int, now_s: float, *, per_chunk: bool = False) -> int:
+        """FCFS admissions from the waiting queue within `budget` tokens; returns the budget left.
+
+        `per_chunk`: the admitted prompt holds blocks for its hits and first chunk only, the rest
+        is allocated chunk by chunk (vLLM v1 `kv_cache_manager.py` `allocate_slots` with
+        `num_new_tokens`), where chunked prefill is on and the allocator can.
+        """
+        per_chunk = per_chunk and self._can_allocate_per_chunk
         if not self.swapped:
             while self.waiting:
-                admitted = self._try_admit(self.waiting[0], budget, now_s)
+                admitted = self._try_admit(self.waiting[0], budget, now_s, per_chunk)
                 if admitted is None:
                     if self.num_seqs == 0:  # cannot fit even alone: refuse instead of livelocking
                         self._drop_unfittable(self._dequeue(self.waiting, now_s), now_s)
@@ -410,7 +405,8 @@ class Scheduler:
         if chunk == group.compute_left:
             plan.first_tokens += len(group.seq_ids)
 
-    def _swap_in(self, now_s: float, plan: StepPlan) -> None:
+    def swap_in(self, plan: StepPlan, now_s: float) -> None:
+        """Bring swapped-out samples back FCFS while `max_num_seqs` and memory allow."""
         info = self.info
         while self.swapped:
             item = self.swapped[0]
@@ -432,7 +428,7 @@ class Scheduler:
             self._start_decode(seq_id, item.req, item.sample, item.emitted, self._stamp)
             plan.swap_tokens += info.prompt_tokens[item.req] + item.emitted - 1
 
-    def _try_admit(self, item: WorkItem, budget: int, now_s: float) -> PrefillGroup | None:
+    def _try_admit(self, item: WorkItem, budget: int, now_s: float, per_chunk: bool) -> PrefillGroup | None:
         """Admit `item` if limits and memory allow (all-or-nothing for its samples); None if blocked."""
         info, alloc = self.info, self.alloc
         req = item.req
@@ -443,7 +439,7 @@ class Scheduler:
         if budget <= 0 or (not self.chunked and prompt > budget):
             return None
         seq_id = self._new_id()
-        first_chunk = budget if self.per_chunk and num == 1 else 0
+        first_chunk = budget if per_chunk and num == 1 else 0
         if not alloc.admit(info.spec(req, seq_id, item.emitted, max(item.sample, 0), first_chunk)):
             self._free_ids.append(seq_id)
             return None
@@ -520,14 +516,18 @@ class Scheduler:
             raise AssertionError(f"grow({num_tokens}) failed after max_uniform_growth allowed it: {failed}")
 
     def complete(self, iterations: int, plan: StepPlan, now_s: float) -> None:
-        """The step (or the last iteration of a jump) ended at `now_s`: emit, finish, grow, preempt."""
-        if plan.decodes_paused:
-            self._complete_prefill_only(plan, now_s)
-            return
-        self.it += iterations
-        it = self.it
+        """The step (or the last iteration of a jump) ended at `now_s`: emit, finish, grow, preempt.
+
+        The iteration counter `it` counts iterations of the running decodes, so a step that ran
+        without them (`pause_decodes`) leaves it, and their offsets, as they were; only the sequences
+        that start decoding now grow then.
+        """
         log = self.log
-        log.total_generated_tokens += len(self.decode) * iterations
+        decoded = plan.decodes_run
+        if decoded:
+            self.it += iterations
+            log.total_generated_tokens += len(self.decode) * iterations
+        it = self.it
         # Prefill chunks: groups that completed sample their first token now.
         completed: list[PrefillGroup] = []
         for group, chunk in plan.chunks:  # (none in a decode-only step)
@@ -540,40 +540,23 @@ class Scheduler:
                 completed.append(group)
         # Decode sequences whose last token was sampled in this iteration.
         heap, decode = self.finish_heap, self.decode
-        while heap and heap[0][0] <= it:
+        while decoded and heap and heap[0][0] <= it:
             finish_it, stamp, seq_id = heapq.heappop(heap)
             rec = decode.get(seq_id)
             if rec is None or rec[_STAMP] != stamp:
                 continue
             self._stop_decode(seq_id)
             self._finish_sample(rec[_REQ], rec[_EM_OFF] + it, FINISH_STOP, now_s)
+        # the sequences that start decoding now, in the order they join `decode` (no scan of the batch)
+        started: list[int] = []
         if completed:
             self.prefilling = [g for g in self.prefilling if g.compute_left > 0]
             for group in completed:
-                self._complete_prefill(group, now_s)
-        self._grow_one(now_s)
-
-    def _complete_prefill_only(self, plan: StepPlan, now_s: float) -> None:
-        """A prefill-only step ended (vllm-v0): prompts done, decodes did not run, so only new ones grow.
-
-        The global iteration counter counts decode iterations, so it stays; the running sequences'
-        offsets are untouched and the newly decoding ones start at the current counter.
-        """
-        log = self.log
-        for group, chunk in plan.chunks:
-            group.compute_left -= chunk
-            group.context_tokens += chunk
-            log.total_prefill_tokens += chunk
-            if group.item.readmission:
-                log.recomputed_tokens[group.item.req] += chunk
-        completed = [group for group, _ in plan.chunks if group.compute_left == 0]
-        self.prefilling = [g for g in self.prefilling if g.compute_left > 0]
-        # the sequences that start decoding now, in the order they join `decode` (no scan of the batch)
-        new_ids: list[int] = []
-        for group in completed:
-            self._complete_prefill(group, now_s, new_ids)
-        if new_ids:
-            self._grow_one(now_s, np.asarray(new_ids, dtype=np.int64))
+                self._complete_prefill(group, now_s, started)
+        if decoded:
+            self._grow_one(now_s)
+        elif started:
+            self._grow_one(now_s, np.asarray(started, dtype=np.int64))
 
     def _complete_prefill(self, group: PrefillGroup, now_s: float, started: list[int] | None = None) -> None:
         """A group's prompt is done: each sample emits its first token; appends to `started` the
@@ -639,12 +622,13 @@ class Scheduler:
         req = rec[_REQ]
         emitted = rec[_EM_OFF] + self.it
         self.log.preemptions[req] += 1
-        self._preempted = True
+        self.preempted = True
         swap_tokens = self.info.prompt_tokens[req] + emitted - (1 if grow_failed else 0)
         swap_slots = -(-swap_tokens // self.swap_block_tokens) * self.swap_block_tokens
-        if self._swaps(req) and not self._swap_space_allows(swap_slots):
+        swaps = self.policy.swaps_out(self, req)
+        if swaps and not self._swap_space_allows(swap_slots):
             self.swap_fallbacks += 1
-        elif self._swaps(req):
+        elif swaps:
             self.pending_swap_out_tokens += swap_tokens
             item = WorkItem(req, rec[_SAMPLE], emitted, now_s, True, True)
             item.swap_slots = swap_slots
@@ -678,19 +662,6 @@ class Scheduler:
                 return False
         return True
 
-    def _swaps(self, req: int) -> bool:
-        """Whether preempting a sample of `req` swaps it out (else it is recomputed later).
-
-        "auto" is vLLM v0's choice when --preemption-mode is unset (vllm/core/scheduler.py
-        Scheduler._preempt): recompute a sequence group with a single running sequence (cheaper,
-        "recomputation incurs lower overhead"), swap groups with several (parallel samples, beams),
-        which recompute cannot restore. kvsim preempts per sample: a sample of a request with more
-        than one unfinished sample swaps.
-        """
-        if self.swap_mode:
-            return True
-        return self.auto_mode and self.log.samples_left[req] > 1
-
     def _swap_space_allows(self, slots: int) -> bool:
         """--swap-space as a bound (vLLM v0 BlockSpaceManager.can_swap_out: enough free CPU blocks).
 
@@ -707,7 +678,7 @@ class Scheduler:
         self.prefilling = [g for g in self.prefilling if g is not group]
         item = group.item
         self.log.preemptions[item.req] += 1
-        self._preempted = True
+        self.preempted = True
         item.readmission = True
         item.enqueued_s = now_s
         item.demand_tokens = -1

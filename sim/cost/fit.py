@@ -1,6 +1,6 @@
 """Fit the linear-layer coefficients (`LinearFit`) and the all-reduce tables to measured files.
 
-Why here: the constants stored in sim/scenario/presets.py (GPU_LINEAR_FITS) and sim/cost/network.py
+Why here: the constants stored in sim/cost/gpu_fits.py (GPU_LINEAR_FITS) and sim/cost/network.py
 (ALL_REDUCE_TABLES) must be what this code produces from ../shared/profiles, so anyone can rerun it
 (`python benchmarks/cost_fit.py`) and tests/test_cost_fit.py checks it. Pure NumPy: a deterministic
 Nelder-Mead in log-parameter space minimising the mean absolute percentage error (MAPE), the figure
@@ -137,7 +137,7 @@ def _fit_from_params(params: np.ndarray, source: str, mape: float | None = None)
 
 
 def _rounded(fit: LinearFit) -> LinearFit:
-    """Four significant digits: what is stored in sim/scenario/presets.py."""
+    """Four significant digits: what is stored in sim/cost/gpu_fits.py."""
 
     def r(x: float) -> float:
         return float(f"{x:.4g}")

@@ -1,7 +1,7 @@
 """Resolve a scenario's step-time parts: which fit, which overhead, which all-reduce table, what overrides.
 
 Why its own module: `sim.cost.model.CostModel` only evaluates formulas; deciding where each coefficient
-comes from (the GPU's fit in sim/scenario/presets.py, the engine preset in sim/cost/overhead.py, the measured
+comes from (the GPU's fit in sim/cost/gpu_fits.py, the engine preset in sim/cost/overhead.py, the measured
 all-reduce tables in sim/cost/network.py, or an explicit scenario knob) is a separate job, and it has
 to work before and after the scenario gains an `engine` field (issue 12), hence the `getattr`s.
 """
@@ -13,11 +13,11 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from sim.cost.gpu_fits import gpu_linear_fit, gpu_network
 from sim.cost.linear import LayerCoefficients, LayerShape, LinearFit
 from sim.cost.network import AllReduceModel
 from sim.cost.overhead import DEFAULT_ENGINE, engine_overhead
 from sim.errors import ScenarioError
-from sim.scenario.presets import gpu_linear_fit, gpu_network
 
 if TYPE_CHECKING:
     from sim.scenario.scenario import Scenario
@@ -52,8 +52,12 @@ def explicit_value(scenario: Any, field: str) -> Any:
 
 
 def scenario_engine(scenario: Any, engine: str | None = None) -> str:
-    """The engine preset: the argument, else the scenario's `engine` field, else "vllm-v0"."""
-    name = engine if engine is not None else getattr(scenario, "engine", None)
+    """The overhead preset: the argument, else the one the scenario's engine pays (a registered engine
+    names it, `Scenario.framework_overhead`), else the scenario's `engine` field, else "vllm-v0"."""
+    overhead_of = getattr(scenario, "framework_overhead", None)
+    name = engine if engine is not None else overhead_of() if callable(overhead_of) else None
+    if name is None:
+        name = getattr(scenario, "engine", None)
     if name is None:
         return DEFAULT_ENGINE
     return str(getattr(name, "value", name)).strip().lower()

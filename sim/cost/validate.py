@@ -14,10 +14,11 @@ import numpy as np
 import pandas as pd
 
 from sim.cost.fit import ProfileArrays, mape_pct
+from sim.cost.gpu_fits import gpu_linear_fit
 from sim.cost.linear import LinearFit
 from sim.cost.profiles import gpu_from_file_name, read_linear_profile
 from sim.errors import KvsimError
-from sim.scenario.presets import GpuSpec, canonical_gpu_name, gpu_linear_fit, gpu_preset
+from sim.scenario.presets import GpuSpec, canonical_gpu_name, gpu_preset
 
 # Batch-token buckets of the table: decode-sized, small, medium and prefill-sized batches.
 BUCKETS: tuple[tuple[int, int | None], ...] = ((1, 16), (17, 128), (129, 1024), (1025, None))

@@ -20,15 +20,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 import allocators
 from allocators import AllocatorEntry, SpecWord
+from sim.engines import DEFAULT_ENGINE, EnginePolicy, engine_policy
 from sim.errors import ScenarioError
 from sim.files import json_safe
-from sim.scenario.engine_presets import (
-    DEFAULT_ENGINE,
-    PRESET_FLAGS,
-    EngineName,
-    default_budgets,
-    default_compare_placement,
-)
 from sim.scenario.overrides import check_field, deep_copy, one_line, set_dotted
 from sim.scenario.presets import (
     GPU_PRESETS,
@@ -241,9 +235,9 @@ class Scenario(BaseModel):
     activation_reserve: int | None = Field(default=None, ge=0)  # bytes per GPU; None: estimated
     max_model_len: int | None = Field(default=None, ge=1)  # None: the model's max context
     allow_long_max_model_len: bool = False
-    # Which vLLM engine is modelled (sim/scenario/engine_presets.py, docs/engines.md): its rules, and the
-    # defaults of the fields below that the user did not set.
-    engine: EngineName = DEFAULT_ENGINE
+    # Which engine is modelled: any name registered in sim/engines (docs/engines.md); its policy plans
+    # the steps and fills the defaults of the fields below that the user did not set.
+    engine: str = DEFAULT_ENGINE
     max_num_seqs: int = Field(default=256, ge=1)  # unset: the engine preset's default
     max_num_batched_tokens: int | None = Field(default=None, ge=1)  # None: the engine preset's default
     enable_chunked_prefill: bool = False  # unset: the engine preset's default
@@ -297,6 +291,12 @@ class Scenario(BaseModel):
                 return model_spec_from_file(value)
             return canonical_model_name(value)
         return value
+
+    @field_validator("engine")
+    @classmethod
+    def _registered_engine(cls, name: str) -> str:
+        engine_policy(name)  # ValueError naming the registered engines
+        return name
 
     @field_validator("gpu", mode="before")
     @classmethod
@@ -390,16 +390,14 @@ class Scenario(BaseModel):
         here are not marked as set, so `with_overrides(engine=...)` re-derives them for the new engine.
         """
         given = self.model_fields_set
-        for name, value in PRESET_FLAGS[self.engine].items():
+        policy = self.engine_policy()
+        for name, value in policy.preset_flags.items():
             if name not in given:
                 object.__setattr__(self, name, value)
-        if self.engine == "vllm-v1" and self.preemption_mode != "recompute":
-            raise ValueError(
-                f"field 'preemption_mode': vllm-v1 only recomputes (vllm/v1/core/sched/scheduler.py "
-                f'_preempt_request) (got {self.preemption_mode!r}); use engine = "vllm-v0" to swap'
-            )
-        tokens, seqs = default_budgets(
-            self.engine,
+        problem = policy.preemption_mode_problem(self.preemption_mode)
+        if problem is not None:
+            raise ValueError(f"field 'preemption_mode': {problem}")
+        tokens, seqs = policy.default_budgets(
             max_model_len=self.max_model_len,
             chunked=self.enable_chunked_prefill,
             gpu_name=gpu.name,
@@ -558,13 +556,21 @@ class Scenario(BaseModel):
         # through its prefix cache (v1 kv_cache_manager `get_computed_blocks` returns nothing with
         # caching off), so sharing without caching only when asked for (allocator.params.share_prefixes).
         defaults: dict[str, Any] = {"share_prefixes": self.enable_prefix_caching}
-        placement = default_compare_placement(self.engine)
+        placement = self.engine_policy().compare_placement
         if placement is not None:
             defaults["placement"] = placement
         for key, value in defaults.items():
             if key in entry.scenario_defaults and key not in params:
                 params[key] = value
         return entry.complete(params)
+
+    def engine_policy(self) -> EnginePolicy:
+        """The registered policy of this scenario's engine (its rules and preset defaults)."""
+        return engine_policy(self.engine)
+
+    def framework_overhead(self) -> str:
+        """The sim/cost/overhead.py preset whose per-step CPU overhead this scenario's engine pays."""
+        return self.engine_policy().framework_overhead
 
     def make_allocator(self) -> Any:
         import allocators

@@ -6,16 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-
-from sim.cli import main
-
-
-def run_cli(args: list[str]) -> int:
-    try:
-        main(args)
-    except SystemExit as exc:
-        return int(exc.code or 0)
-    return 0
+from _cli_helpers import run_cli
 
 
 def test_run_writes_results_and_prints_summary(tmp_path: Path, capsys) -> None:

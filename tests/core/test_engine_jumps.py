@@ -17,14 +17,13 @@ from hypothesis import strategies as st
 
 from sim.core.engine import EngineConfig, EngineResult, run_engine
 from sim.core.metrics import INTEGRATED_PARTS
-from sim.scenario.engine_presets import RULES
+from sim.engines import engine_policy
 
 
 def preset_config(engine: str, config: dict) -> dict:
-    """EngineConfig knobs of an engine preset's rules on top of `config` (v1 never swaps: None)."""
-    if engine == "mixed":  # the engine's own defaults (no preset)
+    """EngineConfig knobs of an engine preset's policy on top of `config` (v1 never swaps: None)."""
+    if engine == "mixed":  # the engine's own default policy (no preset): mixed steps
         return dict(config)
-    rules = RULES[engine]
     mode = config.get("preemption_mode")
     if engine == "vllm-v1" and mode == "swap":
         return None
@@ -33,8 +32,7 @@ def preset_config(engine: str, config: dict) -> dict:
     return {
         **config,
         "preemption_mode": mode or "recompute",
-        "prefill_only_steps": rules.prefill_only_steps,
-        "admit_after_preemption": rules.admit_after_preemption,
+        "policy": engine_policy(engine),
     }
 
 
@@ -204,9 +202,7 @@ def test_jumps_equal_stepping_with_the_real_paged_allocator_and_prefix_caching(e
             "max_num_seqs": 24,
             "max_num_batched_tokens": 64 if chunked else 1024,
             "max_model_len": 1024,
-            "enable_chunked_prefill": chunked,
-            "allocate_per_chunk": chunked,
-            "content_identity": True,
+            "enable_chunked_prefill": chunked,  # v1 then allocates per chunk (VllmV1Policy)
         },
     )
     results = []

@@ -11,10 +11,12 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import pytest
 from _engine_helpers import FakePaged, FakeSlab, make_requests
 
 from sim.core.metrics import RequestLog
 from sim.core.scheduler import RequestInfo, Scheduler
+from sim.engines import VllmV0Policy
 
 
 def _scheduler(requests: Any, allocator: Any, **limits: Any) -> Scheduler:
@@ -145,3 +147,31 @@ def test_preemption_takes_the_newest_sequence_first() -> None:
         plan = sched.schedule(now)
     assert preempted == [2]
     assert sched.waiting[0].req == 2 and sched.waiting[0].readmission
+
+
+def test_the_plan_carries_the_decode_part_and_a_paused_step_leaves_the_decodes() -> None:
+    # The engine prices what the plan says decodes: all running sequences, or none when the policy
+    # paused them (v0's prefill-only step); a paused step neither advances the counter nor grows them.
+    requests = make_requests([0.0, 0.0], [10, 30], [50, 5])
+    sched = _scheduler(requests, FakePaged(1000, block_size=4), policy=VllmV0Policy())
+    sched.enqueue(0, 0.0)
+    plan = sched.schedule(0.0)
+    assert (plan.decodes_run, plan.decode_seqs) == (False, 0)  # a prompt alone
+    sched.complete(1, plan, 0.1)
+    plan = sched.schedule(0.1)
+    assert (plan.decodes_run, plan.decode_seqs, plan.decode_context_tokens) == (True, 1, 11)
+    sched.complete(1, plan, 0.2)
+    it, context = sched.it, sched.decode_context_tokens()
+    sched.enqueue(1, 0.2)
+    plan = sched.schedule(0.2)  # request 1 is admitted: its prompt runs alone, request 0 waits
+    assert _admitted(plan) == [1] and (plan.decodes_run, plan.decode_seqs) == (False, 0)
+    sched.complete(1, plan, 0.3)
+    assert sched.it == it  # the paused decode did not advance
+    assert sched.decode_context_tokens() == context + 31  # only the new sequence joined (30 + 1)
+
+
+def test_the_default_policy_has_no_auto_preemption_mode() -> None:
+    # "auto" is vLLM v0's own choice (sim/engines/vllm_v0.py); the core's default policy refuses it.
+    requests = make_requests([0.0], [10], [5])
+    with pytest.raises(ValueError, match="preemption_mode must be one of recompute, swap"):
+        _scheduler(requests, FakeSlab(1000), preemption_mode="auto")

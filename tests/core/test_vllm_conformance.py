@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from _cli_helpers import run_cli
 from _engine_helpers import FakePaged, LinearCost, make_requests
 
 from allocators.base import SeqSpec
 from allocators.block_pool import BlockPool
 from allocators.paged import PagedAllocator
 from sim.core.engine import EngineConfig, run_engine
+from sim.engines import VllmV0Policy, VllmV1Policy, engine_policy
 from sim.errors import ScenarioError
-from sim.scenario.engine_presets import RULES
 from sim.scenario.scenario import Scenario
 
 BLOCK = 16
@@ -45,12 +46,7 @@ def plain(seq_id: int, prompt_tokens: int, output_tokens: int = 1) -> SeqSpec:
 
 
 def engine_config(engine: str, **knobs: object) -> EngineConfig:
-    rules = RULES[engine]
-    return EngineConfig(
-        prefill_only_steps=rules.prefill_only_steps,
-        admit_after_preemption=rules.admit_after_preemption,
-        **knobs,
-    )
+    return EngineConfig(policy=engine_policy(engine), **knobs)
 
 
 # --- prefix caching: kv_cache_manager.get_computed_blocks / block_pool ------------------------------
@@ -283,7 +279,7 @@ def test_v0_swap_space_is_a_bound() -> None:
     `_swap_out` (v0 aborts with "Aborted due to the lack of CPU swap space"; kvsim recomputes instead).
     """
     requests = make_requests([0.0, 0.001], [16, 16], [40, 40])
-    knobs = {"max_model_len": 256, "preemption_mode": "swap", "swap_block_tokens": BLOCK}
+    knobs = {"max_model_len": 256, "preemption_mode": "swap"}  # FakePaged swaps whole blocks of BLOCK
     roomy = run_engine(
         requests, FakePaged(5 * BLOCK, BLOCK), LinearCost(0.01), engine_config("vllm-v0", **knobs)
     )
@@ -410,10 +406,14 @@ def test_a_sessions_next_turn_hits_the_previous_turns_output_blocks() -> None:
     requests["session_id"] = [0, 0]
     requests["prefix_group"] = [3, 3]
     requests["prefix_tokens"] = [0, 41]  # turn 2 starts with turn 1's 20 + 21 tokens
-    config = engine_config("vllm-v1", max_model_len=256, content_identity=True)
-    result = run_engine(requests, paged(32), LinearCost(0.01), config)
+    config = engine_config("vllm-v1", max_model_len=256)
+    cached = paged(32)
+    assert cached.content_identity  # prefix caching declares that tokens need a content identity
+    result = run_engine(requests, cached, LinearCost(0.01), config)
     assert result.requests["prefix_hit_tokens"].tolist() == [0, 32]  # 2 full blocks of turn 1's 41 tokens
-    anonymous = run_engine(requests, paged(32), LinearCost(0.01), engine_config("vllm-v1", max_model_len=256))
+    unnamed = paged(32)
+    unnamed.content_identity = False  # only the prompts' own names (prefix_group), as before the rule
+    anonymous = run_engine(requests, unnamed, LinearCost(0.01), config)
     assert anonymous.requests["prefix_hit_tokens"].tolist() == [0, 0]  # prompt-only naming: turn 1 held none
 
 
@@ -434,6 +434,11 @@ def _scheduler(alloc: PagedAllocator, requests, **knobs):
     return Scheduler(RequestInfo(requests, 512), alloc, RequestLog(len(requests)), **{**base, **knobs})
 
 
+def _v1_scheduler(alloc: PagedAllocator, requests, **knobs):
+    """v1 allocates per scheduled chunk (VllmV1Policy.admit)."""
+    return _scheduler(alloc, requests, policy=VllmV1Policy(), **knobs)
+
+
 def test_chunked_prefill_allocates_blocks_per_scheduled_chunk() -> None:
     """Rule (v1): under chunked prefill a request holds blocks for the tokens scheduled so far (its
     cache hits plus each chunk), not for its whole prompt from admission on.
@@ -444,7 +449,7 @@ def test_chunked_prefill_allocates_blocks_per_scheduled_chunk() -> None:
     """
     requests = make_requests([0.0], [100], [3])
     alloc = paged(64, caching=False)
-    sched = _scheduler(alloc, requests, allocate_per_chunk=True)
+    sched = _v1_scheduler(alloc, requests)
     sched.enqueue(0, 0.0)
     held = []
     for step in range(4):
@@ -453,7 +458,7 @@ def test_chunked_prefill_allocates_blocks_per_scheduled_chunk() -> None:
         sched.complete(1, plan, float(step) + 0.5)
     assert held == [2, 4, 6, 7]  # 32, 64, 96, 100 tokens scheduled
     whole = paged(64, caching=False)
-    sched = _scheduler(whole, requests, allocate_per_chunk=False)  # v0: the whole prompt at once
+    sched = _scheduler(whole, requests, policy=VllmV0Policy())  # v0: the whole prompt at once
     sched.enqueue(0, 0.0)
     sched.schedule(0.0)
     assert int(whole.num_seq_blocks[0]) == 7
@@ -468,7 +473,7 @@ def test_a_chunk_that_does_not_fit_preempts_the_newest_request() -> None:
     """
     requests = make_requests([0.0, 0.0], [60, 80], [30, 3])
     alloc = paged(6, caching=False)
-    sched = _scheduler(alloc, requests, max_num_batched_tokens=40, allocate_per_chunk=True)
+    sched = _v1_scheduler(alloc, requests, max_num_batched_tokens=40)
     sched.enqueue(0, 0.0)
     sched.enqueue(1, 0.0)
     plan = sched.schedule(0.0)  # A: 40 tokens (3 blocks); no budget left for B
@@ -485,27 +490,17 @@ def test_a_chunk_that_does_not_fit_preempts_the_newest_request() -> None:
 # --- the flag -------------------------------------------------------------------------------------
 
 
-def _cli(args: list[str]) -> int:
-    from sim.cli import main
-
-    try:
-        main(args)
-    except SystemExit as exc:
-        return int(exc.code or 0)
-    return 0
-
-
 def test_engine_flag_reaches_the_scenario_and_explicit_flags_win(tmp_path, capsys) -> None:
     import json
 
     out = tmp_path / "v1"
     args = ["run", "--engine", "vllm-v1", "--no-enable-prefix-caching", "--num-prompts", "30", "-o", str(out)]
-    assert _cli(args) == 0
+    assert run_cli(args) == 0
     assert "vllm-v1" in capsys.readouterr().out
     scenario = json.loads((out / "summary.json").read_text())["scenario"]
     assert (scenario["engine"], scenario["enable_chunked_prefill"]) == ("vllm-v1", True)
     assert scenario["enable_prefix_caching"] is False  # the explicit flag beats the preset
-    assert _cli(["run", "--engine", "vllm-v2", "-o", str(tmp_path / "x")]) == 2
+    assert run_cli(["run", "--engine", "vllm-v2", "-o", str(tmp_path / "x")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "field 'engine'" in err[0]
     assert not (tmp_path / "x").exists()

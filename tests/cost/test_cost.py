@@ -11,9 +11,9 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
+from sim.cost.gpu_fits import gpu_linear_fit
 from sim.cost.model import CostModel, analytic_layout_factor, load_calibration, prefill_attention_pairs
 from sim.errors import user_error_types
-from sim.scenario.presets import gpu_linear_fit
 from sim.scenario.scenario import Scenario, default_scenario
 
 PROFILE = Path(__file__).resolve().parents[1] / "data" / "calibration_small.json"

@@ -10,9 +10,10 @@ import pytest
 
 from sim.cli import main
 from sim.cost.fit import fit_all_reduce, fit_linear, load_profiles, mape_pct, nelder_mead
+from sim.cost.gpu_fits import GPU_LINEAR_FITS
 from sim.cost.network import ALL_REDUCE_TABLES
 from sim.errors import ScenarioError
-from sim.scenario.presets import GPU_LINEAR_FITS, gpu_preset
+from sim.scenario.presets import gpu_preset
 
 PROFILES = Path(__file__).resolve().parents[2].parent / "shared" / "profiles"
 MLP_FILES = sorted((PROFILES / "vidur_mlp").glob("*.mlp.csv")) if PROFILES.is_dir() else []

@@ -8,13 +8,14 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from sim.cost.gpu_fits import GPU_LINEAR_FITS, gpu_linear_fit, gpu_network
 from sim.cost.linear import LayerCoefficients, LayerShape, LinearFit, layer_time_s, smooth_max
 from sim.cost.model import CostModel
 from sim.cost.network import ALL_REDUCE_TABLES, AllReduceModel
 from sim.cost.overhead import ENGINE_OVERHEADS, engine_overhead
 from sim.cost.parts import explicit_value, scenario_engine
 from sim.errors import ScenarioError
-from sim.scenario.presets import GPU_LINEAR_FITS, GPU_PRESETS, gpu_linear_fit, gpu_network, model_preset
+from sim.scenario.presets import GPU_PRESETS, model_preset
 from sim.scenario.scenario import default_scenario
 
 # --- framework overhead per engine preset ----------
