@@ -1,0 +1,133 @@
+"""`kvsim bench fit`: the server-level terms that best explain a set of measured runs, and their
+leave-one-file-out error.
+
+Why a grid and not a free optimiser: two of the three terms (`flops_efficiency_scale`,
+`overhead_scale`) change the simulated dynamics and need a simulation per value, while the third
+(`frontend_s`) only adds to TTFT and E2E of an open-loop run and is solved in closed form for each
+grid point. A fixed, bounded grid (GRID) makes the fit deterministic, keeps every value inside its
+bounds, and lets leave-one-file-out reuse the same simulations: the fit on all files but one is a
+different argmin over the same table. The held-out file is then replayed for real with the terms
+fitted without it; that error, on data not fitted on, is the figure the fit reports.
+
+Objective: the mean over files of each file's MAPE over mean TTFT, mean TPOT, mean E2E and request
+throughput (sim.bench.replay.MAPE_METRICS), the metrics the replay's last line reports.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from sim.bench.replay import MAPE_METRICS, ReplayResult, replay
+from sim.bench.results_file import BenchFile
+from sim.cost.server import BOUNDS, ServerTerms
+
+# Grid of the two dynamic terms: log-spaced inside their bounds (sim/cost/server.py BOUNDS).
+GRID: dict[str, tuple[float, ...]] = {
+    "flops_efficiency_scale": (0.25, 0.35, 0.5, 0.7, 1.0, 1.25),
+    "overhead_scale": (0.0, 0.15, 0.3, 0.5, 0.75, 1.0, 1.5, 2.5),
+}
+# frontend_s candidates: 0 to its upper bound in 1 ms steps (solved by scanning, vectorised).
+FRONTEND_STEP_S = 1e-3
+# Metrics that a per-request front-end time adds to (in ms).
+_FRONTEND_METRICS = ("mean_ttft_ms", "mean_e2el_ms")
+
+
+@dataclass(frozen=True)
+class FitResult:
+    """The fitted terms, and per file the in-sample and held-out replays (same order as the files)."""
+
+    terms: ServerTerms
+    in_sample: list[ReplayResult]
+    held_out: list[ReplayResult]
+
+    def error_table(self) -> dict[str, dict[str, float]]:
+        """Median absolute % error per MAPE metric, in sample and leave-one-file-out."""
+        table: dict[str, dict[str, float]] = {}
+        for label, results in (("in_sample", self.in_sample), ("leave_one_out", self.held_out)):
+            row = {}
+            for metric in MAPE_METRICS:
+                errors = [abs(r.error_pct(metric)) for r in results if math.isfinite(r.error_pct(metric))]
+                row[metric] = float(np.median(errors)) if errors else math.nan
+            mapes = [r.mape_pct() for r in results if math.isfinite(r.mape_pct())]
+            row["median_file_mape"] = float(np.median(mapes)) if mapes else math.nan
+            table[label] = row
+        return table
+
+
+def _error_matrix(result: ReplayResult, frontends_s: np.ndarray) -> np.ndarray:
+    """|% error| of each MAPE metric (columns) for each candidate frontend_s (rows); NaN if unmeasured."""
+    columns = []
+    for metric in MAPE_METRICS:
+        measured, simulated = result.measured.get(metric, math.nan), result.simulated.get(metric, math.nan)
+        if not (math.isfinite(measured) and math.isfinite(simulated)) or measured == 0:
+            columns.append(np.full(frontends_s.size, np.nan))
+            continue
+        shifted = simulated + (frontends_s * 1e3 if metric in _FRONTEND_METRICS else 0.0)
+        columns.append(np.abs(shifted - measured) / abs(measured) * 100.0)
+    return np.stack(columns, axis=1)
+
+
+def _file_losses(result: ReplayResult, frontends_s: np.ndarray) -> np.ndarray:
+    """The file's MAPE for each candidate frontend_s."""
+    return np.nanmean(_error_matrix(result, frontends_s), axis=1)
+
+
+def _grid_points() -> list[tuple[float, float]]:
+    return [(f, o) for f in GRID["flops_efficiency_scale"] for o in GRID["overhead_scale"]]
+
+
+def _argmin(losses: np.ndarray, members: np.ndarray, frontends_s: np.ndarray) -> tuple[int, int]:
+    """(grid index, frontend index) minimising the mean loss over `members` (files); ties: first."""
+    mean = losses[:, members, :].mean(axis=1)  # grid x frontend
+    flat = int(np.argmin(mean))
+    return divmod(flat, mean.shape[1])
+
+
+def fit_files(
+    files: Sequence[BenchFile],
+    scenario_for: Callable[[BenchFile], Any],
+    *,
+    progress: Callable[[int, int], None] | None = None,
+) -> FitResult:
+    """Fit the server terms to `files` (each simulated under `scenario_for(file)`), with LOFO error.
+
+    Needs at least one file; leave-one-file-out needs two (with one file it equals the in-sample fit).
+    """
+    if not files:
+        raise ValueError("argument 'files': need at least one bench result file")
+    frontends_s = np.arange(0.0, BOUNDS["frontend_s"][1] + FRONTEND_STEP_S / 2, FRONTEND_STEP_S)
+    points = _grid_points()
+    scenarios = [scenario_for(bench) for bench in files]
+    losses = np.empty((len(points), len(files), frontends_s.size))
+    total, done = len(points) * len(files), 0
+    for g, (flops, overhead) in enumerate(points):
+        terms = ServerTerms(flops_efficiency_scale=flops, overhead_scale=overhead, source="grid")
+        for i, bench in enumerate(files):
+            losses[g, i] = _file_losses(replay(bench, scenarios[i], terms), frontends_s)
+            done += 1
+            if progress is not None:
+                progress(done, total)
+
+    def terms_from(members: np.ndarray, source: str) -> ServerTerms:
+        g, k = _argmin(losses, members, frontends_s)
+        flops, overhead = points[g]
+        return ServerTerms(
+            frontend_s=float(frontends_s[k]),
+            flops_efficiency_scale=flops,
+            overhead_scale=overhead,
+            source=source,
+        )
+
+    everyone = np.arange(len(files))
+    terms = terms_from(everyone, "bench fit")
+    in_sample = [replay(bench, scenarios[i], terms) for i, bench in enumerate(files)]
+    held_out = []
+    for i, bench in enumerate(files):
+        others = everyone[everyone != i] if len(files) > 1 else everyone
+        held_out.append(replay(bench, scenarios[i], terms_from(others, f"fit without {bench.name}")))
+    return FitResult(terms=terms, in_sample=in_sample, held_out=held_out)

@@ -1,0 +1,45 @@
+"""Quantized weights: what an FP8 checkpoint changes in a model's description.
+
+Why a separate step: a checkpoint's `quantization_config` (or vLLM's `--quantization fp8`) stores
+the linear layers' weights in 1 byte instead of 2, while embeddings, the LM head and norms stay in
+the model dtype (vLLM `vllm/model_executor/layers/quantization/fp8.py` `Fp8LinearMethod` applies to
+`LinearBase` layers only; neuralmagic / RedHatAI "FP8-dynamic" checkpoints quantize every Linear but
+`lm_head`). So weight memory, and the weight bytes every step reads, shrink to about half; the KV
+cache keeps its own dtype (`--kv-cache-dtype`). The GEMM FLOP rate is left at the BF16 fit (A100 has
+no FP8 tensor cores and runs FP8 weights through the W8A16 Marlin kernel; H100 FP8 GEMMs are faster,
+which this conservative model does not claim).
+"""
+
+from __future__ import annotations
+
+from sim.errors import ScenarioError
+from sim.scenario.presets import ModelSpec
+
+# vLLM --quantization names read here -> bytes per linear-layer weight.
+QUANTIZATION_BYTES: dict[str, int] = {"fp8": 1}
+
+
+def embedding_params(model: ModelSpec, tied: bool = False) -> int:
+    """Embedding and LM-head parameters (kept in the model dtype); 0 when the vocabulary is unknown."""
+    if model.vocab_size is None:
+        return 0
+    return model.vocab_size * model.hidden_size * (1 if tied else 2)
+
+
+def quantized_model(model: ModelSpec, quantization: str | None) -> ModelSpec:
+    """`model` with its linear layers stored at `quantization` (None: unchanged).
+
+    Weight bytes = linear params x quantized bytes + (embeddings + norms) x dtype bytes. Norms are
+    2 x hidden per layer plus the final one (a fraction of a per mille). A model without a known
+    vocabulary counts all parameters as linear (embeddings are < 10 % of any preset's weights).
+    """
+    if quantization is None or quantization == "none":
+        return model
+    name = quantization.strip().lower()
+    if name not in QUANTIZATION_BYTES:
+        known = ", ".join(QUANTIZATION_BYTES)
+        raise ScenarioError(f"field 'quantization': unknown method {quantization!r} (known: {known}, none)")
+    kept = embedding_params(model) + (2 * model.num_layers + 1) * model.hidden_size
+    linear = max(0, model.num_params - kept)
+    weight_bytes = linear * QUANTIZATION_BYTES[name] + kept * model.dtype_bytes
+    return model.model_copy(update={"checkpoint_bytes": weight_bytes, "name": f"{model.name}-{name.upper()}"})
