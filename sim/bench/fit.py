@@ -67,7 +67,9 @@ def _error_matrix(result: ReplayResult, frontends_s: np.ndarray) -> np.ndarray:
         if not (math.isfinite(measured) and math.isfinite(simulated)) or measured == 0:
             columns.append(np.full(frontends_s.size, np.nan))
             continue
-        shifted = simulated + (frontends_s * 1e3 if metric in _FRONTEND_METRICS else 0.0)
+        shifted = simulated + (
+            frontends_s * 1e3 if metric in _FRONTEND_METRICS else np.zeros_like(frontends_s)
+        )
         columns.append(np.abs(shifted - measured) / abs(measured) * 100.0)
     return np.stack(columns, axis=1)
 

@@ -175,10 +175,7 @@ def replay(bench: BenchFile, scenario: Any, server: ServerTerms | None = None) -
     from sim.cost.server import scenario_terms
 
     if bench.failed_run:
-        raise BenchFileError(
-            f"{bench.path}: only {bench.completed} of {bench.num_prompts} requests completed (the server "
-            "failed part-way): not a latency or throughput target"
-        )
+        raise BenchFileError(bench.failed_run_line())
     terms = scenario_terms(scenario) if server is None else server
     table = request_table(bench, scenario.rng(), terms.frontend_s)
     scenario = scenario.with_overrides(num_prompts=bench.num_prompts)

@@ -78,6 +78,13 @@ class BenchFile:
         """Most requests failed: the server died part-way; not a latency or throughput target."""
         return self.completed < 0.9 * self.num_prompts
 
+    def failed_run_line(self) -> str:
+        """Why a failed run is not replayed, in one line naming the file."""
+        return (
+            f"{self.path}: only {self.completed} of {self.num_prompts} requests completed (the server "
+            "failed part-way): not a latency or throughput target"
+        )
+
 
 def _fail(path: Path, what: str) -> BenchFileError:
     return BenchFileError(f"{path}: {what}")

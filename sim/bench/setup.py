@@ -30,7 +30,8 @@ def file_flags(bench: BenchFile, flags: dict[str, Any]) -> tuple[dict[str, Any],
             preset, guessed = model_from_id(bench.model_id)
             if preset is None:
                 raise ScenarioError(
-                    f"{bench.path}: model_id {bench.model_id!r} is not a preset; give --model (a preset or config.json)"
+                    f"{bench.path}: model_id {bench.model_id!r} is not a preset; "
+                    "give --model (a preset or config.json)"
                 )
             filled["model"] = preset
             quantization = quantization or guessed

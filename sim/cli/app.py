@@ -22,6 +22,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "sweep",  # kvsim sweep / capacity
     "gpu",  # kvsim calibrate / replay
     "cost",  # kvsim cost validate
+    "bench",  # kvsim bench replay / fit
 )
 
 

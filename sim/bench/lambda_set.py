@@ -1,0 +1,41 @@
+"""The shared measured set (../shared/bench/vllm_bench, LambdaLabsML/vllm-benchmark) as replay inputs.
+
+Why in the package: the fitted defaults (sim/cost/server.py SHIPPED_TERMS), benchmarks/bench_fidelity.py
+and the regression test must replay these files under the same settings. The settings are those of
+../shared/bench/README.md: vLLM v0.5.4 (engine vllm-v0), its defaults, and for the files that carry
+`*_latency_ms` fields (the September runs of the later benchmark script, commit 29dd18a) that
+script's extra flags `--gpu-memory-utilization 0.95 --max-num-seqs 1024`. Failed runs are left out.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from sim.bench.results_file import BenchFile, read_bench_file
+
+LATER_SCRIPT_FLAGS: dict[str, Any] = {"gpu_memory_utilization": 0.95, "max_num_seqs": 1024}
+
+
+def later_script(bench: BenchFile) -> bool:
+    """Whether the file comes from the later script (it alone writes the end-to-end latency fields)."""
+    return math.isfinite(bench.measured.get("mean_e2el_ms", math.nan))
+
+
+def load_set(folder: str | Path) -> list[BenchFile]:
+    """Every complete run under `folder` (sorted by path); failed server runs left out."""
+    files = [read_bench_file(path) for path in sorted(Path(folder).glob("*/*.json"))]
+    return [bench for bench in files if not bench.failed_run]
+
+
+def lambda_scenario(bench: BenchFile) -> Any:
+    """The scenario a Lambda file is replayed under (the CLI's rules plus the README's settings)."""
+    from sim.bench.setup import scenario_for_file
+    from sim.cli.scenario_flags import SCENARIO_FLAGS, scenario_from_flags
+
+    flags: dict[str, Any] = {flag.param: None for flag in SCENARIO_FLAGS}
+    flags["engine"] = "vllm-v0"
+    if later_script(bench):
+        flags.update(LATER_SCRIPT_FLAGS)
+    return scenario_for_file(bench, flags, lambda f: scenario_from_flags(f, name="bench"))
