@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from sim.bench.results_file import read_bench_file
 from sim.bench.replay import replay
+from sim.bench.results_file import read_bench_file
 from sim.cost.server import ServerTerms
 from sim.scenario.scenario import Scenario
 

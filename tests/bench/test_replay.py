@@ -1,4 +1,4 @@
-"""Replaying a result file: exact requests, the front end's place, and a file kvsim wrote is matched exactly."""
+"""Replaying a result file: exact requests, the front end's place; a file kvsim wrote is matched exactly."""
 
 from __future__ import annotations
 

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _bench_helpers import bench_document, write_json
 
 from sim.bench.replay import measured_metrics, request_table, streamed_mask
 from sim.bench.results_file import BenchFileError, read_bench_file
-from _bench_helpers import bench_document, write_json
 
 SHARED_BENCH = Path(__file__).resolve().parents[2].parent / "shared" / "bench" / "vllm_bench"
 
