@@ -22,7 +22,7 @@ import sim
 from sim.core.engine import EngineConfig, run_engine
 from sim.core.metrics import summarize
 from sim.cost.model import CostModel
-from sim.cost.server import ServerTerms, add_frontend_latency
+from sim.cost.server import ServerTerms, add_frontend_latency, frontend_arrivals
 from sim.results import Run
 from sim.scenario.engine_presets import rules_of
 from sim.scenario.scenario import Scenario
@@ -135,11 +135,12 @@ def simulate(
     cost = CostModel.from_scenario(scenario, server=server)
     config = engine_config(scenario, multi_step=multi_step)
     label = scenario.allocator.label
+    engine_view, queued_s = frontend_arrivals(requests, cost.frontend_service_s)
     with _progress_bar(progress, len(requests), label) as update:
         result = run_engine(
-            requests, allocator, cost, config, progress=update, kv_read_time_s=cost.kv_read_time_s
+            engine_view, allocator, cost, config, progress=update, kv_read_time_s=cost.kv_read_time_s
         )
-    add_frontend_latency(result.requests, cost.frontend_s)
+    add_frontend_latency(result.requests, cost.frontend_s, queued_s)
     wall_s = time.perf_counter() - wall_start
     metrics = summarize(
         result.requests,

@@ -1,12 +1,12 @@
 """`kvsim bench fit`: the server-level terms that best explain a set of measured runs, and their
 leave-one-file-out error.
 
-Why a grid and not a free optimiser: two of the three terms (`flops_efficiency_scale`,
-`overhead_scale`) change the simulated dynamics and need a simulation per value, while the third
-(`frontend_s`) only adds to TTFT and E2E of an open-loop run and is solved in closed form for each
-grid point. A fixed, bounded grid (GRID) makes the fit deterministic, keeps every value inside its
-bounds, and lets leave-one-file-out reuse the same simulations: the fit on all files but one is a
-different argmin over the same table. The held-out file is then replayed for real with the terms
+Why a grid and not a free optimiser: three of the four terms (`frontend_service_s`,
+`flops_efficiency_scale`, `overhead_scale`) change the simulated dynamics and need a simulation per
+value, while the fourth (`frontend_s`) only adds to TTFT and E2E of an open-loop run and is solved
+for each grid point by scanning it in 1 ms steps. A fixed, bounded grid (GRID) makes the fit
+deterministic, keeps every value inside its bounds, and lets leave-one-file-out reuse the same
+simulations: the fit on all files but one is a different argmin over the same table. The held-out file is then replayed for real with the terms
 fitted without it; that error, on data not fitted on, is the figure the fit reports.
 
 Objective: the mean over files of each file's MAPE over mean TTFT, mean TPOT, mean E2E and request
@@ -15,9 +15,10 @@ throughput (sim.bench.replay.MAPE_METRICS), the metrics the replay's last line r
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -28,8 +29,9 @@ from sim.cost.server import BOUNDS, ServerTerms
 
 # Grid of the two dynamic terms: log-spaced inside their bounds (sim/cost/server.py BOUNDS).
 GRID: dict[str, tuple[float, ...]] = {
-    "flops_efficiency_scale": (0.25, 0.35, 0.5, 0.7, 1.0, 1.25),
-    "overhead_scale": (0.0, 0.15, 0.3, 0.5, 0.75, 1.0, 1.5, 2.5),
+    "frontend_service_s": (0.0, 0.001, 0.002, 0.004),
+    "flops_efficiency_scale": (0.35, 0.5, 0.7, 1.0, 1.25),
+    "overhead_scale": (0.0, 0.15, 0.3, 0.5, 1.0, 1.5),
 }
 # frontend_s candidates: 0 to its upper bound in 1 ms steps (solved by scanning, vectorised).
 FRONTEND_STEP_S = 1e-3
@@ -79,8 +81,9 @@ def _file_losses(result: ReplayResult, frontends_s: np.ndarray) -> np.ndarray:
     return np.nanmean(_error_matrix(result, frontends_s), axis=1)
 
 
-def _grid_points() -> list[tuple[float, float]]:
-    return [(f, o) for f in GRID["flops_efficiency_scale"] for o in GRID["overhead_scale"]]
+def _grid_points() -> list[dict[str, float]]:
+    """Every combination of GRID's values, as keyword arguments of ServerTerms."""
+    return [dict(zip(GRID, values, strict=True)) for values in itertools.product(*GRID.values())]
 
 
 def _argmin(losses: np.ndarray, members: np.ndarray, frontends_s: np.ndarray) -> tuple[int, int]:
@@ -94,12 +97,15 @@ def fit_files(
     files: Sequence[BenchFile],
     scenario_for: Callable[[BenchFile], Any],
     *,
+    stack: ServerTerms | None = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> FitResult:
     """Fit the server terms to `files` (each simulated under `scenario_for(file)`), with LOFO error.
 
+    `stack`: the serving-stack settings kept fixed (custom all-reduce, Ray workers; None: the engine's).
     Needs at least one file; leave-one-file-out needs two (with one file it equals the in-sample fit).
     """
+    base = stack if stack is not None else ServerTerms.neutral()
     if not files:
         raise ValueError("argument 'files': need at least one bench result file")
     frontends_s = np.arange(0.0, BOUNDS["frontend_s"][1] + FRONTEND_STEP_S / 2, FRONTEND_STEP_S)
@@ -107,8 +113,8 @@ def fit_files(
     scenarios = [scenario_for(bench) for bench in files]
     losses = np.empty((len(points), len(files), frontends_s.size))
     total, done = len(points) * len(files), 0
-    for g, (flops, overhead) in enumerate(points):
-        terms = ServerTerms(flops_efficiency_scale=flops, overhead_scale=overhead, source="grid")
+    for g, point in enumerate(points):
+        terms = replace(base, **point, source="grid")
         for i, bench in enumerate(files):
             losses[g, i] = _file_losses(replay(bench, scenarios[i], terms), frontends_s)
             done += 1
@@ -117,13 +123,7 @@ def fit_files(
 
     def terms_from(members: np.ndarray, source: str) -> ServerTerms:
         g, k = _argmin(losses, members, frontends_s)
-        flops, overhead = points[g]
-        return ServerTerms(
-            frontend_s=float(frontends_s[k]),
-            flops_efficiency_scale=flops,
-            overhead_scale=overhead,
-            source=source,
-        )
+        return replace(base, **points[g], frontend_s=float(frontends_s[k]), source=source)
 
     everyone = np.arange(len(files))
     terms = terms_from(everyone, "bench fit")

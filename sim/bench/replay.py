@@ -177,7 +177,7 @@ def replay(bench: BenchFile, scenario: Any, server: ServerTerms | None = None) -
     if bench.failed_run:
         raise BenchFileError(bench.failed_run_line())
     terms = scenario_terms(scenario) if server is None else server
-    table = request_table(bench, scenario.rng(), terms.frontend_s)
+    table = request_table(bench, scenario.rng(), terms.frontend_s + terms.frontend_service_s)
     scenario = scenario.with_overrides(num_prompts=bench.num_prompts)
     run = simulate(scenario, workload=table, server=terms)
     rejected = int(run.metrics.get("rejected", 0))

@@ -26,7 +26,7 @@ import numpy as np
 
 from sim.cost.limits import check_step_cost
 from sim.cost.linear import _compute_params
-from sim.cost.network import AllReduceModel
+from sim.cost.network import AllReduceModel, CustomAllReduceModel
 from sim.cost.overhead import DEFAULT_ENGINE
 from sim.cost.parts import is_linear_profile, step_parts
 from sim.cost.server import ServerTerms, is_bench_profile, scenario_terms
@@ -178,12 +178,13 @@ class CostModel:
     elementwise_bytes_per_token: float = 0.0  # all layers: norms, RoPE, activation, residual add
     smooth_p: float = math.inf  # exponent of the memory/compute smooth maximum (inf: hard max)
     linear_fixed_s: float = 0.0  # all layers: the kernels' latency floor per step
-    all_reduce: AllReduceModel | None = None  # None for TP 1
+    all_reduce: AllReduceModel | CustomAllReduceModel | None = None  # None for TP 1
     all_reduce_elements_per_token: float = 0.0  # fp16-element equivalents of one token's hidden state
     all_reduces_per_step: int = 0  # 2 x layers with TP > 1
     engine: str = DEFAULT_ENGINE
     linear_fit_source: str = ""
     frontend_s: float = 0.0  # per request, outside the engine (sim/cost/server.py); added to TTFT and E2E
+    frontend_service_s: float = 0.0  # per request, the front end's serial work before the engine sees it
     server_source: str = "neutral"  # where the server-level terms come from
     # Memos of the per-batch-size terms, keyed by the number of decoding sequences (bounded by
     # max_num_seqs): the engine prices the same few batch sizes on every turn. Same floats as computing
@@ -237,8 +238,8 @@ class CostModel:
             layout_factor = scenario.kv_layout_factor
             if kv_fit is not None and kv_fit.layout == CONTIGUOUS_LAYOUT:
                 kv_fit_scale = layout_factor
-        parts = step_parts(scenario, engine)
         terms = scenario_terms(scenario) if server is None else server
+        parts = step_parts(scenario, engine, terms)
         cost = cls(
             weight_bytes=scenario.weight_bytes_per_gpu(),
             kv_bytes_per_token=scenario.kv_bytes_per_token_per_gpu(),
@@ -266,6 +267,7 @@ class CostModel:
             engine=parts.engine,
             linear_fit_source=parts.linear_fit_source,
             frontend_s=terms.frontend_s,
+            frontend_service_s=terms.frontend_service_s,
             server_source=terms.source,
         )
         check_step_cost(cost, scenario)  # a step of inf (or 1e300) s is refused here, by its term
@@ -488,5 +490,6 @@ class CostModel:
             "all_reduce_network": None if self.all_reduce is None else self.all_reduce.network,
             "constant_step_s": self.constant_step_s,
             "frontend_s": self.frontend_s,
+            "frontend_service_s": self.frontend_service_s,
             "server_terms": self.server_source,
         }

@@ -14,12 +14,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sim.cost.linear import LayerCoefficients, LayerShape, LinearFit
-from sim.cost.network import AllReduceModel
+from sim.cost.network import AllReduceModel, CustomAllReduceModel
 from sim.cost.overhead import DEFAULT_ENGINE, engine_overhead
 from sim.errors import ScenarioError
 from sim.scenario.presets import gpu_linear_fit, gpu_network
 
 if TYPE_CHECKING:
+    from sim.cost.server import ServerTerms
     from sim.scenario.scenario import Scenario
 
 
@@ -36,7 +37,7 @@ class StepParts:
     elementwise_bytes_per_token: float
     overhead_base_s: float
     overhead_per_seq_s: float
-    all_reduce: AllReduceModel | None
+    all_reduce: AllReduceModel | CustomAllReduceModel | None
     all_reduce_elements_per_token: float
     all_reduces_per_step: int
     linear_fit_source: str
@@ -87,8 +88,14 @@ def _fit_profile(path: str, stamp_ns: int, hbm_bytes_per_s: float, peak_flops: f
     return fit_linear([rows], hbm_bytes_per_s, peak_flops, source=f"fitted to {Path(path).name}")
 
 
-def step_parts(scenario: Scenario, engine: str | None = None) -> StepParts:
-    """All coefficients of the scenario's step time that do not depend on the KV layout."""
+def step_parts(scenario: Scenario, engine: str | None = None, server: ServerTerms | None = None) -> StepParts:
+    """All coefficients of the scenario's step time that do not depend on the KV layout.
+
+    `server` decides the serving stack at TP > 1 (sim/cost/server.py `stack_settings`): vLLM's custom
+    all-reduce or NCCL, and whether the preset's multi-GPU (Ray) overhead applies.
+    """
+    from sim.cost.server import ServerTerms
+
     model, gpu, tp = scenario.model_spec(), scenario.gpu_spec(), scenario.tensor_parallel_size
     name = scenario_engine(scenario, engine)
     try:
@@ -99,15 +106,19 @@ def step_parts(scenario: Scenario, engine: str | None = None) -> StepParts:
     hbm = explicit_value(scenario, "hbm_efficiency")
     flops = explicit_value(scenario, "flops_efficiency")
     per_layer = LayerCoefficients.of(LayerShape.from_model(model), tp, compute_params=None)
-    base_s = overhead.base_s + (overhead.multi_gpu_base_s if tp > 1 else 0.0)
-    per_seq_s = overhead.per_seq_s + (overhead.multi_gpu_per_seq_s if tp > 1 else 0.0)
+    custom, ray = (server or ServerTerms.neutral()).stack_settings(name)
+    multi_gpu = tp > 1 and ray
+    base_s = overhead.base_s + (overhead.multi_gpu_base_s if multi_gpu else 0.0)
+    per_seq_s = overhead.per_seq_s + (overhead.multi_gpu_per_seq_s if multi_gpu else 0.0)
     fixed_overhead = explicit_value(scenario, "step_overhead_s")
     if fixed_overhead is not None:  # an explicit per-step constant replaces the engine's model
         base_s, per_seq_s = float(fixed_overhead), 0.0
-    all_reduce = None
+    all_reduce: AllReduceModel | CustomAllReduceModel | None = None
     if tp > 1:
         network, scale = gpu_network(gpu.name)
         all_reduce = AllReduceModel.for_group(network, tp, time_scale=scale)
+        if custom and CustomAllReduceModel.applies(network, tp, scale):
+            all_reduce = CustomAllReduceModel.for_group(all_reduce, tp)
     return StepParts(
         engine=name,
         hbm_fraction=fit.hbm_fraction if hbm is None else float(hbm),

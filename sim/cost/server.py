@@ -12,6 +12,11 @@ interpretable coefficients, each with bounds and a physical meaning:
   vllm/v1/engine/output_processor.py); in v0.5 `AsyncLLMEngine` in the same process. It adds to TTFT
   and end-to-end latency; in a closed loop (max_concurrency) it is also the gap between a response
   and the next request reaching the engine. Bounds [0, 0.5] s.
+- `frontend_service_s`: the part of the front end's work that is serial: one API-server event loop
+  tokenises and sets up requests one after another (vllm/entrypoints/openai/serving_completion.py
+  in v0.5; the API-server process of v1), so a burst reaches the engine at most one request per
+  `frontend_service_s` (a FIFO single server in front of the engine; `frontend_queue_s`). Bounds
+  [0, 0.01] s.
 - `flops_efficiency_scale`: the FLOP rate achieved inside a served step over the operator fit's
   (prefill GEMMs and attention): sampling, CUDA-graph padding, kernels at serving shapes and the
   clocks a loaded server sustains. It multiplies the effective FLOP/s. Bounds [0.25, 1.25].
@@ -35,6 +40,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from sim.errors import ScenarioError
 
 PROFILE_KIND = "kvsim-bench-profile"
@@ -43,6 +50,7 @@ PROFILE_SCHEMA = 1
 # (low, high) of each coefficient: the fit may not leave them, a profile outside them is refused.
 BOUNDS: dict[str, tuple[float, float]] = {
     "frontend_s": (0.0, 0.5),
+    "frontend_service_s": (0.0, 0.01),
     "flops_efficiency_scale": (0.25, 1.25),
     "overhead_scale": (0.0, 4.0),
 }
@@ -53,8 +61,12 @@ class ServerTerms:
     """The server-level coefficients (see the module docstring); `source` says where they come from."""
 
     frontend_s: float = 0.0
+    frontend_service_s: float = 0.0
     flops_efficiency_scale: float = 1.0
     overhead_scale: float = 1.0
+    # The serving stack (not fitted; None: the engine preset's own, see `stack_settings`):
+    custom_all_reduce: bool | None = None  # vLLM's custom all-reduce on NVLink (else NCCL)
+    ray_workers: bool | None = None  # TP workers driven over Ray (the v0 preset's measured overhead)
     source: str = "neutral"
 
     @classmethod
@@ -64,7 +76,23 @@ class ServerTerms:
 
     @property
     def is_neutral(self) -> bool:
-        return self.frontend_s == 0.0 and self.flops_efficiency_scale == 1.0 and self.overhead_scale == 1.0
+        fitted = self.values() == ServerTerms().values()
+        return fitted and self.custom_all_reduce is None and self.ray_workers is None
+
+    def stack_settings(self, engine: str) -> tuple[bool, bool]:
+        """(custom all-reduce, Ray workers) for `engine`: the explicit settings, else the preset's.
+
+        vllm-v1 uses vLLM's custom all-reduce on NVLink and multiprocess workers without Ray
+        (vllm/v1/executor/multiproc_executor.py); vllm-v0 keeps the paper-era stack: NCCL all-reduce and
+        Ray workers, whose cost the preset's measured overhead includes (sim/cost/overhead.py).
+        """
+        custom = engine == "vllm-v1" if self.custom_all_reduce is None else self.custom_all_reduce
+        ray = engine != "vllm-v1" if self.ray_workers is None else self.ray_workers
+        return custom, ray
+
+    def stack(self) -> dict[str, bool | None]:
+        """The stack settings as given (None: the engine preset's)."""
+        return {"custom_all_reduce": self.custom_all_reduce, "ray_workers": self.ray_workers}
 
     def values(self) -> dict[str, float]:
         """The fitted numbers alone, keyed as in BOUNDS."""
@@ -145,7 +173,13 @@ def load_profile_terms(path: str | Path) -> ServerTerms:
     if not isinstance(terms, dict):
         raise ScenarioError(f"field 'calibration': {where}: field 'terms': expected an object")
     values = check_terms(terms, f"field 'calibration': {where}")
-    return ServerTerms(**values, source=f"bench profile {Path(path).name}")
+    stack = data.get("stack", {})
+    for name in ("custom_all_reduce", "ray_workers"):
+        if not isinstance(stack, dict) or not isinstance(stack.get(name), bool | None):
+            raise ScenarioError(
+                f"field 'calibration': {where}: field 'stack.{name}': expected true, false or null"
+            )
+    return ServerTerms(**values, **stack, source=f"bench profile {Path(path).name}")
 
 
 def scenario_terms(scenario: Any) -> ServerTerms:
@@ -164,6 +198,7 @@ def profile_document(
         "kind": PROFILE_KIND,
         "schema": PROFILE_SCHEMA,
         "terms": terms.values(),
+        "stack": terms.stack(),
         "bounds": {name: list(bounds) for name, bounds in BOUNDS.items()},
         "fitted_on": fitted_on,
         "errors": report,
@@ -176,6 +211,7 @@ __all__ = [
     "ServerTerms",
     "add_frontend_latency",
     "check_terms",
+    "frontend_queue_s",
     "is_bench_profile",
     "load_profile_terms",
     "profile_document",
@@ -184,16 +220,52 @@ __all__ = [
 ]
 
 
-def add_frontend_latency(requests: Any, frontend_s: float) -> None:
-    """Add the front end's per-request time to the client-seen TTFT and E2E columns, in place.
+def frontend_queue_s(send_s: np.ndarray, service_s: float) -> np.ndarray:
+    """When each request (in send order) leaves a FIFO single server of `service_s` per request.
 
-    Why after the engine: the front end runs beside the engine (another process in vLLM v1), so it
-    delays what the client sees without taking engine time; TPOT and ITL (gaps after the first
-    token) are unchanged. Server-side timestamps (`first_token_s`, `finish_s`) stay the engine's.
+    leave[i] = max(send[i], leave[i-1]) + s, in closed form: (i+1) s + max over j <= i of (send[j] - j s),
+    a running maximum (no Python loop over requests). `service_s` 0 returns the send times.
     """
-    if frontend_s == 0.0:
+    send = np.asarray(send_s, dtype=np.float64)
+    if service_s == 0.0 or send.size == 0:
+        return send.copy()
+    index = np.arange(send.size, dtype=np.float64)
+    return (index + 1.0) * service_s + np.maximum.accumulate(send - index * service_s)
+
+
+def add_frontend_latency(requests: Any, frontend_s: float, queued_s: np.ndarray | None = None) -> None:
+    """Add the front end's time to the client-seen TTFT and E2E columns, in place.
+
+    `frontend_s` is added to every request; `queued_s` (per request, in request_id order) is the time
+    each one spent in the front end's serial queue before the engine saw it (`frontend_queue_s` minus
+    the send time). Why after the engine: the front end delays what the client sees, and the engine
+    only sees the later arrival; TPOT and ITL (gaps after the first token) are unchanged.
+    Server-side timestamps (`arrival_s`, `first_token_s`, `finish_s`) stay the engine's.
+    """
+    if frontend_s == 0.0 and queued_s is None:
         return
-    added_ms = frontend_s * 1e3
+    added_ms = np.full(len(requests), frontend_s * 1e3)
+    if queued_s is not None:
+        added_ms = added_ms + np.asarray(queued_s, dtype=np.float64)[requests["request_id"].to_numpy()] * 1e3
     for column in ("ttft_ms", "e2el_ms"):
         if column in requests.columns:
-            requests[column] = requests[column] + added_ms
+            requests[column] = requests[column].to_numpy(np.float64) + added_ms
+
+
+def frontend_arrivals(requests: Any, service_s: float) -> tuple[Any, np.ndarray | None]:
+    """The request table as the engine sees it behind the front end's serial queue, and each
+    request's time in that queue (indexed by request_id); (the table, None) when nothing changes.
+
+    A closed loop's arrivals are made by the engine's own arrival source, so it is left as is
+    (`kvsim bench replay` adds the front end to its think time instead).
+    """
+    if service_s == 0.0 or requests.attrs.get("closed_loop") is not None or len(requests) == 0:
+        return requests, None
+    send = requests["arrival_s"].to_numpy(np.float64)
+    leave = frontend_queue_s(send, service_s)
+    ids = requests["request_id"].to_numpy()
+    queued = np.zeros(int(ids.max()) + 1)
+    queued[ids] = leave - send
+    engine_view = requests.copy()
+    engine_view["arrival_s"] = leave
+    return engine_view, queued

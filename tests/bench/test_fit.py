@@ -16,7 +16,7 @@ from sim.cost.model import CostModel
 from sim.cost.server import PROFILE_KIND, ServerTerms, load_profile_terms
 from sim.errors import ScenarioError
 
-KNOWN = ServerTerms(frontend_s=0.042, flops_efficiency_scale=0.7, overhead_scale=0.5)
+KNOWN = ServerTerms(frontend_s=0.042, frontend_service_s=0.002, flops_efficiency_scale=0.7, overhead_scale=0.5)
 
 
 @pytest.fixture(scope="module")
@@ -24,6 +24,7 @@ def known_files(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
     """Two files kvsim 'measured' under KNOWN (a grid point; frontend on the 1 ms grid)."""
     assert KNOWN.flops_efficiency_scale in GRID["flops_efficiency_scale"]
     assert KNOWN.overhead_scale in GRID["overhead_scale"]
+    assert KNOWN.frontend_service_s in GRID["frontend_service_s"]
     folder = tmp_path_factory.mktemp("bench")
     return [simulated_file(folder / f"run{seed}.json", small_scenario(), KNOWN, seed=seed) for seed in (1, 2)]
 
