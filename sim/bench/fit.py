@@ -6,8 +6,9 @@ Why a grid and not a free optimiser: three of the four terms (`frontend_service_
 value, while the fourth (`frontend_s`) only adds to TTFT and E2E of an open-loop run and is solved
 for each grid point by scanning it in 1 ms steps. A fixed, bounded grid (GRID) makes the fit
 deterministic, keeps every value inside its bounds, and lets leave-one-file-out reuse the same
-simulations: the fit on all files but one is a different argmin over the same table. The held-out file is then replayed for real with the terms
-fitted without it; that error, on data not fitted on, is the figure the fit reports.
+simulations: the fit on all files but one is a different argmin over the same table. The held-out
+file is then replayed for real with the terms fitted without it; that error, on data not fitted on,
+is the figure the fit reports.
 
 Objective: the mean over files of each file's MAPE over mean TTFT, mean TPOT, mean E2E and request
 throughput (sim.bench.replay.MAPE_METRICS), the metrics the replay's last line reports.

@@ -16,7 +16,9 @@ from sim.cost.model import CostModel
 from sim.cost.server import PROFILE_KIND, ServerTerms, load_profile_terms
 from sim.errors import ScenarioError
 
-KNOWN = ServerTerms(frontend_s=0.042, frontend_service_s=0.002, flops_efficiency_scale=0.7, overhead_scale=0.5)
+KNOWN = ServerTerms(
+    frontend_s=0.042, frontend_service_s=0.002, flops_efficiency_scale=0.7, overhead_scale=0.5
+)
 
 
 @pytest.fixture(scope="module")
