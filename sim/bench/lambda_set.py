@@ -14,6 +14,14 @@ from pathlib import Path
 from typing import Any
 
 from sim.bench.results_file import BenchFile, read_bench_file
+from sim.cost.server import ServerTerms
+
+# vLLM v0.5.4's serving stack at TP > 1: its custom all-reduce is on by default (vLLM PR #2192,
+# v0.3.0; `EngineArgs.disable_custom_all_reduce` False), and a single-node TP group runs in
+# multiprocessing workers, not Ray (vllm/config.py `ParallelConfig.__init__`, v0.5.1+: backend "mp"
+# unless Ray is already initialised or the GPUs span nodes). The vllm-v0 preset's own defaults are
+# the paper's stack (NCCL, Ray), so the set states this one.
+LAMBDA_STACK = ServerTerms(custom_all_reduce=True, ray_workers=False, source="vLLM v0.5.4 stack")
 
 LATER_SCRIPT_FLAGS: dict[str, Any] = {"gpu_memory_utilization": 0.95, "max_num_seqs": 1024}
 

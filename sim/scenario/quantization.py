@@ -12,6 +12,8 @@ which this conservative model does not claim).
 
 from __future__ import annotations
 
+from typing import Any
+
 from sim.errors import ScenarioError
 from sim.scenario.presets import ModelSpec
 
@@ -43,3 +45,34 @@ def quantized_model(model: ModelSpec, quantization: str | None) -> ModelSpec:
     linear = max(0, model.num_params - kept)
     weight_bytes = linear * QUANTIZATION_BYTES[name] + kept * model.dtype_bytes
     return model.model_copy(update={"checkpoint_bytes": weight_bytes, "name": f"{model.name}-{name.upper()}"})
+
+
+# quantization_config.quant_method values that store linear weights in 8-bit floats (vLLM's
+# vllm/model_executor/layers/quantization/: `fp8` Fp8Config, `fbgemm_fp8` FBGEMMFp8Config, and
+# `compressed-tensors` with float 8-bit weights, the RedHatAI / neuralmagic "FP8-dynamic" checkpoints).
+_FP8_METHODS = ("fp8", "fbgemm_fp8")
+
+
+def config_quantization(data: dict[str, Any], where: str) -> str | None:
+    """The --quantization a config.json's `quantization_config` implies: "fp8", or None when absent.
+
+    Any other method (int4 AWQ/GPTQ, MXFP4 outside the presets, ...) is refused with one line rather
+    than read as BF16 weights, which would overstate weight memory by 2-4x.
+    """
+    config = data.get("quantization_config")
+    if config is None:
+        return None
+    if not isinstance(config, dict):
+        raise ScenarioError(f"{where}: field 'quantization_config': must be an object")
+    method = str(config.get("quant_method", "")).lower()
+    if method in _FP8_METHODS:
+        return "fp8"
+    if method == "compressed-tensors":
+        groups = config.get("config_groups") or {}
+        weights = [group.get("weights") or {} for group in groups.values() if isinstance(group, dict)]
+        if weights and all(w.get("num_bits") == 8 and w.get("type") == "float" for w in weights):
+            return "fp8"
+    raise ScenarioError(
+        f"{where}: field 'quantization_config.quant_method': {method or 'missing'!r} is not modelled "
+        "(known: fp8, fbgemm_fp8, compressed-tensors with 8-bit float weights)"
+    )
