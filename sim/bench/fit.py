@@ -87,28 +87,43 @@ def _grid_points() -> list[dict[str, float]]:
     return [dict(zip(GRID, values, strict=True)) for values in itertools.product(*GRID.values())]
 
 
-def _argmin(losses: np.ndarray, members: np.ndarray, frontends_s: np.ndarray) -> tuple[int, int]:
-    """(grid index, frontend index) minimising the mean loss over `members` (files); ties: first."""
-    mean = losses[:, members, :].mean(axis=1)  # grid x frontend
-    flat = int(np.argmin(mean))
-    return divmod(flat, mean.shape[1])
+@dataclass(frozen=True)
+class GridTable:
+    """Each file's loss (its MAPE) at every grid point and front-end delay: the fit's whole input.
+
+    `losses[g, i, k]`: file i at grid point g with frontend_s = frontends_s[k]. A fit to any subset of
+    the files is an argmin over this table (`fit_members`), so leave-one-file-out and fits to groups of
+    files cost no new simulations.
+    """
+
+    files: list[BenchFile]
+    scenarios: list[Any]
+    base: ServerTerms
+    points: list[dict[str, float]]
+    frontends_s: np.ndarray
+    losses: np.ndarray
+
+    def terms(self, members: Sequence[int], source: str) -> ServerTerms:
+        """The grid point and front-end delay with the least mean loss over `members` (ties: first)."""
+        mean = self.losses[:, np.asarray(members, dtype=np.int64), :].mean(axis=1)  # grid x frontend
+        g, k = divmod(int(np.argmin(mean)), mean.shape[1])
+        return replace(self.base, **self.points[g], frontend_s=float(self.frontends_s[k]), source=source)
 
 
-def fit_files(
+def grid_table(
     files: Sequence[BenchFile],
     scenario_for: Callable[[BenchFile], Any],
     *,
     stack: ServerTerms | None = None,
     progress: Callable[[int, int], None] | None = None,
-) -> FitResult:
-    """Fit the server terms to `files` (each simulated under `scenario_for(file)`), with LOFO error.
+) -> GridTable:
+    """Replay every file at every grid point (len(GRID points) x len(files) simulations).
 
     `stack`: the serving-stack settings kept fixed (custom all-reduce, Ray workers; None: the engine's).
-    Needs at least one file; leave-one-file-out needs two (with one file it equals the in-sample fit).
     """
-    base = stack if stack is not None else ServerTerms.neutral()
     if not files:
         raise ValueError("argument 'files': need at least one bench result file")
+    base = stack if stack is not None else ServerTerms.neutral()
     frontends_s = np.arange(0.0, BOUNDS["frontend_s"][1] + FRONTEND_STEP_S / 2, FRONTEND_STEP_S)
     points = _grid_points()
     scenarios = [scenario_for(bench) for bench in files]
@@ -121,16 +136,33 @@ def fit_files(
             done += 1
             if progress is not None:
                 progress(done, total)
+    return GridTable(list(files), scenarios, base, points, frontends_s, losses)
 
-    def terms_from(members: np.ndarray, source: str) -> ServerTerms:
-        g, k = _argmin(losses, members, frontends_s)
-        return replace(base, **points[g], frontend_s=float(frontends_s[k]), source=source)
 
-    everyone = np.arange(len(files))
-    terms = terms_from(everyone, "bench fit")
-    in_sample = [replay(bench, scenarios[i], terms) for i, bench in enumerate(files)]
+def fit_members(table: GridTable, members: Sequence[int]) -> FitResult:
+    """Fit to the files `members` of `table`; in-sample and leave-one-file-out replays of each member.
+
+    The held-out replay of file i uses the terms fitted to the other members (all of them when i is
+    the only one).
+    """
+    members = list(members)
+    terms = table.terms(members, "bench fit")
+    in_sample = [replay(table.files[i], table.scenarios[i], terms) for i in members]
     held_out = []
-    for i, bench in enumerate(files):
-        others = everyone[everyone != i] if len(files) > 1 else everyone
-        held_out.append(replay(bench, scenarios[i], terms_from(others, f"fit without {bench.name}")))
+    for i in members:
+        others = [j for j in members if j != i] or members
+        fold = table.terms(others, f"fit without {table.files[i].name}")
+        held_out.append(replay(table.files[i], table.scenarios[i], fold))
     return FitResult(terms=terms, in_sample=in_sample, held_out=held_out)
+
+
+def fit_files(
+    files: Sequence[BenchFile],
+    scenario_for: Callable[[BenchFile], Any],
+    *,
+    stack: ServerTerms | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> FitResult:
+    """Fit the server terms to `files` (each simulated under `scenario_for(file)`), with LOFO error."""
+    table = grid_table(files, scenario_for, stack=stack, progress=progress)
+    return fit_members(table, range(len(files)))

@@ -47,3 +47,24 @@ def lambda_scenario(bench: BenchFile) -> Any:
     if later_script(bench):
         flags.update(LATER_SCRIPT_FLAGS)
     return scenario_for_file(bench, flags, lambda f: scenario_from_flags(f, name="bench"))
+
+
+def group_of(bench: BenchFile) -> str:
+    """The run group of a file: `<GPU> <later|earlier> script`, the README's two server configurations."""
+    from sim.bench.identify import server_from_path
+
+    gpu = server_from_path(bench.path).get("gpu", "unknown GPU")
+    return f"{gpu} {'later' if later_script(bench) else 'earlier'} script"
+
+
+def replay_set(files: list[BenchFile]) -> list[Any]:
+    """Each file replayed under `lambda_scenario` with the shipped terms of its GPU and group."""
+    from sim.bench.replay import replay
+    from sim.cost.server import shipped_terms
+
+    results = []
+    for bench in files:
+        scenario = lambda_scenario(bench)
+        terms = shipped_terms(scenario.engine, scenario.gpu_spec().name)
+        results.append(replay(bench, scenario, terms))
+    return results

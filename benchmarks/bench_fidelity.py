@@ -1,0 +1,98 @@
+"""Whole-server fidelity against measured vLLM runs (issue 21): the tables of the issue's targets.
+
+Table 1: every complete run of ../shared/bench/vllm_bench (LambdaLabsML/vllm-benchmark, vLLM 0.5.4)
+replayed with `kvsim bench replay`'s rules (sim/bench/lambda_set.py) and the shipped server terms
+(sim/cost/server.py SHIPPED_TERMS), one row per file with the signed % error of mean TTFT, mean TPOT,
+mean E2E and request throughput, then the median |error| per metric per run group and overall.
+
+`--fit`: refits the shipped terms (`kvsim bench fit`'s grid) per GPU and run group, prints the
+literal for SHIPPED_TERMS, and the in-sample and leave-one-file-out median |error| per group (the
+held-out figure is the one that counts). Slow: 120 simulations per file on one core (minutes).
+
+Everything printed is deterministic (no wall clock); tests/bench/test_fidelity_pins.py pins Table 1.
+
+Run: .venv/bin/python -P benchmarks/bench_fidelity.py [--fit] [--bench DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from sim.bench.fit import fit_members, grid_table  # noqa: E402
+from sim.bench.lambda_set import LAMBDA_STACK, group_of, lambda_scenario, load_set, replay_set  # noqa: E402
+from sim.bench.replay import MAPE_METRICS  # noqa: E402
+from sim.bench.table import many_files_table, median_abs_errors  # noqa: E402
+
+DEFAULT_BENCH = REPO.parent / "shared" / "bench" / "vllm_bench"
+
+
+def _medians_line(label: str, results: list) -> str:
+    medians = median_abs_errors(results)
+    cells = "  ".join(f"{metric} {medians[metric]:5.1f} %" for metric in MAPE_METRICS)
+    return f"{label:<22} n={len(results):<3} {cells}"
+
+
+def shipped_table(folder: Path) -> None:
+    """Table 1: the shipped terms on every file, and median |error| per group."""
+    files = load_set(folder)
+    results = replay_set(files)
+    print("Table 1: shipped server terms, kvsim bench replay on", folder)
+    print(many_files_table(results))
+    groups: dict[str, list] = {}
+    for bench, result in zip(files, results, strict=True):
+        groups.setdefault(group_of(bench), []).append(result)
+    for label, members in sorted(groups.items()):
+        print(_medians_line(label, members))
+    print(_medians_line("all", results))
+
+
+def refit(folder: Path) -> None:
+    """--fit: one grid over all files, then a fit (and leave-one-file-out) per GPU and run group."""
+    files = load_set(folder)
+    done = {"n": 0}
+
+    def progress(count: int, total: int) -> None:
+        if count * 10 // total != done["n"]:
+            done["n"] = count * 10 // total
+            print(f"  grid {count}/{total}", file=sys.stderr, flush=True)
+
+    table = grid_table(files, lambda_scenario, stack=LAMBDA_STACK, progress=progress)
+    groups: dict[str, list[int]] = {}
+    for index, bench in enumerate(files):
+        groups.setdefault(group_of(bench), []).append(index)
+    print("Fitted server terms per group (in sample / leave-one-file-out median |error|, %):")
+    for label, members in sorted(groups.items()):
+        result = fit_members(table, members)
+        errors = result.error_table()
+        print(f"{label}: {result.terms.values()}")
+        for metric in (*MAPE_METRICS, "median_file_mape"):
+            inside, held = errors["in_sample"][metric], errors["leave_one_out"][metric]
+            print(
+                f"    {metric:<20} {inside:6.1f} {held:6.1f}"
+                if math.isfinite(held)
+                else f"    {metric:<20} -"
+            )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--bench", type=Path, default=DEFAULT_BENCH, help="vllm_bench folder")
+    parser.add_argument("--fit", action="store_true", help="refit the shipped terms (slow)")
+    args = parser.parse_args()
+    if not args.bench.is_dir():
+        print(f"error: {args.bench}: not a folder (the shared bench data)", file=sys.stderr)
+        sys.exit(2)
+    if args.fit:
+        refit(args.bench)
+    shipped_table(args.bench)
+
+
+if __name__ == "__main__":
+    main()
