@@ -26,7 +26,14 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from sim.bench.fit import fit_members, grid_table  # noqa: E402
-from sim.bench.lambda_set import LAMBDA_STACK, group_of, lambda_scenario, load_set, replay_set  # noqa: E402
+from sim.bench.lambda_set import (  # noqa: E402
+    LAMBDA_GRID,
+    LAMBDA_STACK,
+    group_of,
+    lambda_scenario,
+    load_set,
+    replay_set,
+)
 from sim.bench.replay import MAPE_METRICS  # noqa: E402
 from sim.bench.table import many_files_table, median_abs_errors  # noqa: E402
 
@@ -63,7 +70,7 @@ def refit(folder: Path) -> None:
             done["n"] = count * 10 // total
             print(f"  grid {count}/{total}", file=sys.stderr, flush=True)
 
-    table = grid_table(files, lambda_scenario, stack=LAMBDA_STACK, progress=progress)
+    table = grid_table(files, lambda_scenario, stack=LAMBDA_STACK, grid=LAMBDA_GRID, progress=progress)
     groups: dict[str, list[int]] = {}
     for index, bench in enumerate(files):
         groups.setdefault(group_of(bench), []).append(index)

@@ -30,9 +30,9 @@ from sim.cost.server import BOUNDS, ServerTerms
 
 # Grid of the two dynamic terms: log-spaced inside their bounds (sim/cost/server.py BOUNDS).
 GRID: dict[str, tuple[float, ...]] = {
-    "frontend_service_s": (0.0, 0.001, 0.002, 0.004),
-    "flops_efficiency_scale": (0.35, 0.5, 0.7, 1.0, 1.25),
-    "overhead_scale": (0.0, 0.15, 0.3, 0.5, 1.0, 1.5),
+    "frontend_service_s": (0.0, 0.002, 0.005, 0.02),
+    "flops_efficiency_scale": (0.5, 0.7, 1.0, 1.25),
+    "overhead_scale": (0.15, 0.3, 0.5, 1.0),
 }
 # frontend_s candidates: 0 to its upper bound in 1 ms steps (solved by scanning, vectorised).
 FRONTEND_STEP_S = 1e-3
@@ -82,9 +82,13 @@ def _file_losses(result: ReplayResult, frontends_s: np.ndarray) -> np.ndarray:
     return np.nanmean(_error_matrix(result, frontends_s), axis=1)
 
 
-def _grid_points() -> list[dict[str, float]]:
-    """Every combination of GRID's values, as keyword arguments of ServerTerms."""
-    return [dict(zip(GRID, values, strict=True)) for values in itertools.product(*GRID.values())]
+def _grid_points(grid: dict[str, tuple[float, ...]]) -> list[dict[str, float]]:
+    """Every combination of the grid's values, as keyword arguments of ServerTerms (inside BOUNDS)."""
+    for name, values in grid.items():
+        low, high = BOUNDS[name]
+        if not values or not all(low <= value <= high for value in values):
+            raise ValueError(f"argument 'grid': {name} values must lie in [{low}, {high}] (got {values})")
+    return [dict(zip(grid, values, strict=True)) for values in itertools.product(*grid.values())]
 
 
 @dataclass(frozen=True)
@@ -115,17 +119,19 @@ def grid_table(
     scenario_for: Callable[[BenchFile], Any],
     *,
     stack: ServerTerms | None = None,
+    grid: dict[str, tuple[float, ...]] | None = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> GridTable:
-    """Replay every file at every grid point (len(GRID points) x len(files) simulations).
+    """Replay every file at every grid point (grid points x files simulations).
 
     `stack`: the serving-stack settings kept fixed (custom all-reduce, Ray workers; None: the engine's).
+    `grid`: values per dynamic term (default GRID); a term left out keeps the stack's value.
     """
     if not files:
         raise ValueError("argument 'files': need at least one bench result file")
     base = stack if stack is not None else ServerTerms.neutral()
     frontends_s = np.arange(0.0, BOUNDS["frontend_s"][1] + FRONTEND_STEP_S / 2, FRONTEND_STEP_S)
-    points = _grid_points()
+    points = _grid_points(GRID if grid is None else grid)
     scenarios = [scenario_for(bench) for bench in files]
     losses = np.empty((len(points), len(files), frontends_s.size))
     total, done = len(points) * len(files), 0
@@ -161,8 +167,9 @@ def fit_files(
     scenario_for: Callable[[BenchFile], Any],
     *,
     stack: ServerTerms | None = None,
+    grid: dict[str, tuple[float, ...]] | None = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> FitResult:
     """Fit the server terms to `files` (each simulated under `scenario_for(file)`), with LOFO error."""
-    table = grid_table(files, scenario_for, stack=stack, progress=progress)
+    table = grid_table(files, scenario_for, stack=stack, grid=grid, progress=progress)
     return fit_members(table, range(len(files)))

@@ -23,6 +23,13 @@ from sim.cost.server import ServerTerms
 # the paper's stack (NCCL, Ray), so the set states this one.
 LAMBDA_STACK = ServerTerms(custom_all_reduce=True, ray_workers=False, source="vLLM v0.5.4 stack")
 
+# The grid the shipped vllm-v0 terms were fitted on (48 points; sim/bench/fit.py GRID's form).
+LAMBDA_GRID: dict[str, tuple[float, ...]] = {
+    "frontend_service_s": (0.0, 0.002, 0.005),
+    "flops_efficiency_scale": (0.5, 0.7, 1.0, 1.25),
+    "overhead_scale": (0.15, 0.3, 0.5, 1.0),
+}
+
 LATER_SCRIPT_FLAGS: dict[str, Any] = {"gpu_memory_utilization": 0.95, "max_num_seqs": 1024}
 
 

@@ -20,11 +20,10 @@ from sim.errors import ScenarioError
 V0_AUTO_CHUNKED_PREFILL_ABOVE_TOKENS = 32 * 1024
 
 
-def file_flags(bench: BenchFile, flags: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
-    """The flags with model, GPU, TP and max_model_len filled in from the file where not given,
-    and the quantization to apply (the flag's, else the model id's)."""
+def file_flags(bench: BenchFile, flags: dict[str, Any]) -> dict[str, Any]:
+    """The flags with model (and its quantization), GPU, TP and max_model_len filled in from the
+    file where not given."""
     filled = dict(flags)
-    quantization = filled.pop("quantization", None)
     if filled.get("config") is None:
         if filled.get("model") is None:
             preset, guessed = model_from_id(bench.model_id)
@@ -34,40 +33,21 @@ def file_flags(bench: BenchFile, flags: dict[str, Any]) -> tuple[dict[str, Any],
                     "give --model (a preset or config.json)"
                 )
             filled["model"] = preset
-            quantization = quantization or guessed
+            filled["quantization"] = filled.get("quantization") or guessed
         for key, value in server_from_path(bench.path).items():
             if filled.get(key) is None:
                 filled[key] = value
         if filled.get("gpu") is None:
             raise ScenarioError(f"{bench.path}: cannot tell the GPU from the file; give --gpu")
-    return filled, quantization
-
-
-def _model_spec(model: Any) -> Any:
-    """The ModelSpec a --model value names (a preset, a config.json, or already a spec)."""
-    from sim.scenario.hf_config import looks_like_config_path, model_spec_from_file
-    from sim.scenario.presets import ModelSpec, model_preset
-
-    if isinstance(model, ModelSpec):
-        return model
-    if looks_like_config_path(str(model)):
-        return model_spec_from_file(str(model))
-    try:
-        return model_preset(str(model))
-    except (KeyError, ValueError):
-        raise ScenarioError(f"field 'model': unknown preset {model!r} (kvsim presets)") from None
+    return filled
 
 
 def scenario_for_file(bench: BenchFile, flags: dict[str, Any], build: Callable[[dict[str, Any]], Any]) -> Any:
     """The Scenario to replay `bench` under: `build(flags)` (the CLI's scenario_from_flags) on the
-    flags completed by `file_flags`, FP8 weights applied, and vLLM v0.5's automatic chunked prefill
-    above 32K for the vllm-v0 engine when the user did not set it."""
-    from sim.scenario.quantization import quantized_model
-
-    filled, quantization = file_flags(bench, flags)
-    if quantization is not None and quantization != "none":
-        # weights must be quantized before the scenario checks that they fit
-        filled["model"] = quantized_model(_model_spec(filled["model"]), quantization)
+    flags completed by `file_flags` (FP8 weights from the model id unless --quantization says
+    otherwise), and vLLM v0.5's automatic chunked prefill above 32K for the vllm-v0 engine when the
+    user did not set it."""
+    filled = file_flags(bench, flags)
     if (
         (filled.get("engine") or "vllm-v0") == "vllm-v0"
         and filled.get("enable_chunked_prefill") is None

@@ -59,6 +59,7 @@ ARGUMENT_FLAGS: dict[str, str] = {
     "gpu": "--gpu",
     "kv_cache_dtype": "--kv-cache-dtype",
     "tensor_parallel_size": "--tensor-parallel-size",
+    "quantization": "--quantization",
 }
 
 

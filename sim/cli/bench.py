@@ -45,7 +45,7 @@ def register(app: typer.Typer) -> None:
     )
 
     @group.command("replay")
-    @scenario_options(QUANTIZATION_FLAG)
+    @scenario_options()
     def replay_command(
         files: Annotated[list[Path], typer.Argument(help="vllm bench serve --save-result JSON files.")],
         flags: dict[str, Any],
@@ -75,7 +75,7 @@ def register(app: typer.Typer) -> None:
             typer.echo(many_files_table(results, skipped))
 
     @group.command("fit")
-    @scenario_options(QUANTIZATION_FLAG)
+    @scenario_options()
     def fit_command(
         files: Annotated[list[Path], typer.Argument(help="vllm bench serve --save-result JSON files.")],
         output: Annotated[Path, typer.Option("-o", "--output", help="Profile JSON to write.")],

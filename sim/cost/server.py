@@ -16,7 +16,7 @@ interpretable coefficients, each with bounds and a physical meaning:
   tokenises and sets up requests one after another (vllm/entrypoints/openai/serving_completion.py
   in v0.5; the API-server process of v1), so a burst reaches the engine at most one request per
   `frontend_service_s` (a FIFO single server in front of the engine; `frontend_queue_s`). Bounds
-  [0, 0.01] s.
+  [0, 0.05] s.
 - `flops_efficiency_scale`: the FLOP rate achieved inside a served step over the operator fit's
   (prefill GEMMs and attention): sampling, CUDA-graph padding, kernels at serving shapes and the
   clocks a loaded server sustains. It multiplies the effective FLOP/s. Bounds [0.25, 1.25].
@@ -50,7 +50,7 @@ PROFILE_SCHEMA = 1
 # (low, high) of each coefficient: the fit may not leave them, a profile outside them is refused.
 BOUNDS: dict[str, tuple[float, float]] = {
     "frontend_s": (0.0, 0.5),
-    "frontend_service_s": (0.0, 0.01),
+    "frontend_service_s": (0.0, 0.05),
     "flops_efficiency_scale": (0.25, 1.25),
     "overhead_scale": (0.0, 4.0),
 }

@@ -40,7 +40,9 @@ def quantized_model(model: ModelSpec, quantization: str | None) -> ModelSpec:
     name = quantization.strip().lower()
     if name not in QUANTIZATION_BYTES:
         known = ", ".join(QUANTIZATION_BYTES)
-        raise ScenarioError(f"field 'quantization': unknown method {quantization!r} (known: {known}, none)")
+        raise ScenarioError(
+            f"argument 'quantization': unknown method {quantization!r} (known: {known}, none)"
+        )
     kept = embedding_params(model) + (2 * model.num_layers + 1) * model.hidden_size
     linear = max(0, model.num_params - kept)
     weight_bytes = linear * QUANTIZATION_BYTES[name] + kept * model.dtype_bytes
@@ -76,3 +78,26 @@ def config_quantization(data: dict[str, Any], where: str) -> str | None:
         f"{where}: field 'quantization_config.quant_method': {method or 'missing'!r} is not modelled "
         "(known: fp8, fbgemm_fp8, compressed-tensors with 8-bit float weights)"
     )
+
+
+def model_spec_of(model: Any) -> ModelSpec:
+    """The ModelSpec a --model value names: a spec, a config.json path or a preset name."""
+    from sim.scenario.hf_config import looks_like_config_path, model_spec_from_file
+    from sim.scenario.presets import model_preset
+
+    if isinstance(model, ModelSpec):
+        return model
+    if looks_like_config_path(str(model)):
+        return model_spec_from_file(str(model))
+    try:
+        return model_preset(str(model))
+    except (KeyError, ValueError):
+        raise ScenarioError(f"field 'model': unknown preset {model!r} (kvsim presets)") from None
+
+
+def quantized_flag_model(model: Any, quantization: str) -> ModelSpec:
+    """`--quantization Q` with `--model M`: M's spec with its weights at Q, before the scenario checks
+    that they fit (a 70B model fits two 80 GB GPUs only in FP8)."""
+    if model is None:
+        raise ScenarioError("--quantization: give --model too (the weights it quantizes)")
+    return quantized_model(model_spec_of(model), quantization)

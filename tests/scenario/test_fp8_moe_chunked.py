@@ -90,5 +90,24 @@ def test_quantization_flag_on_a_preset() -> None:
     kept = 128256 * 8192 * 2 + (2 * 80 + 1) * 8192
     assert fp8.weight_bytes == (model.num_params - kept) + 2 * kept
     assert quantized_model(model, None) is model
-    with pytest.raises(ScenarioError, match="field 'quantization'"):
+    with pytest.raises(ScenarioError, match="argument 'quantization'"):
         quantized_model(model, "int3")
+
+
+def test_quantization_flag_on_the_command_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`--quantization fp8` quantizes --model's weights before the memory check; bad values are one line."""
+    from sim.cli import main
+    from sim.cli.scenario_flags import SCENARIO_FLAGS, scenario_from_flags
+
+    flags = {flag.param: None for flag in SCENARIO_FLAGS}
+    flags.update(model="Llama-3.1-70B", gpu="H100-80GB", tensor_parallel_size=2, max_model_len=8192)
+    bf16 = scenario_from_flags(flags)
+    fp8 = scenario_from_flags({**flags, "quantization": "fp8"})
+    assert fp8.weight_bytes_per_gpu() < 0.52 * bf16.weight_bytes_per_gpu()
+    assert fp8.kv_capacity_tokens() > 5 * bf16.kv_capacity_tokens()
+    with pytest.raises(SystemExit) as info:
+        main(["run", "--model", "Llama-3.1-70B", "--quantization", "int2", "--output", str(tmp_path / "r")])
+    assert info.value.code == 2
+    assert (
+        capsys.readouterr().err.strip() == "error: --quantization: unknown method 'int2' (known: fp8, none)"
+    )
