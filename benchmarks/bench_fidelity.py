@@ -25,7 +25,7 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from sim.bench.fit import fit_members, grid_table  # noqa: E402
+from sim.bench.fit import FitResult, fit_members, grid_table  # noqa: E402
 from sim.bench.lambda_set import (  # noqa: E402
     LAMBDA_GRID,
     LAMBDA_STACK,
@@ -34,10 +34,18 @@ from sim.bench.lambda_set import (  # noqa: E402
     load_set,
     replay_set,
 )
+from sim.bench.published_set import (  # noqa: E402
+    PUBLISHED_GRID,
+    published_runs,
+    published_scenario,
+    replay_published,
+    throughput_ratios,
+)
 from sim.bench.replay import MAPE_METRICS  # noqa: E402
 from sim.bench.table import many_files_table, median_abs_errors  # noqa: E402
 
 DEFAULT_BENCH = REPO.parent / "shared" / "bench" / "vllm_bench"
+PUBLISHED_METRICS = ("request_throughput", "mean_ttft_ms", "mean_tpot_ms")
 
 
 def _medians_line(label: str, results: list) -> str:
@@ -58,6 +66,41 @@ def shipped_table(folder: Path) -> None:
     for label, members in sorted(groups.items()):
         print(_medians_line(label, members))
     print(_medians_line("all", results))
+
+
+def published_table(csv_path: Path, folder: Path) -> None:
+    """Table 2: the gpustack rows with the shipped vllm-v1 terms, medians, and H100/A100 ratios."""
+    runs = published_runs(csv_path, folder)
+    results = replay_published(runs)
+    print(f"Table 2: shipped server terms, published gpustack points ({csv_path.name}, vLLM v0.11)")
+    print(f"{'row':<16} " + " ".join(f"{m:>20}" for m in PUBLISHED_METRICS))
+    for (row, _run), result in zip(runs, results, strict=True):
+        print(f"{row['id']:<16} " + " ".join(f"{result.error_pct(m):>+19.1f}%" for m in PUBLISHED_METRICS))
+    medians = median_abs_errors(results)
+    print(f"{'median |error|':<16} " + " ".join(f"{medians[m]:>19.1f}%" for m in PUBLISHED_METRICS))
+    print(f"{'pair (H100/A100 req/s)':<44} {'measured':>9} {'simulated':>10} {'error':>8}")
+    for label, measured, simulated in throughput_ratios(runs, results):
+        print(f"{label:<44} {measured:>9.2f} {simulated:>10.2f} {100 * (simulated / measured - 1):>+7.1f}%")
+
+
+def refit_published(csv_path: Path, folder: Path) -> None:
+    """--fit: the vllm-v1 terms per GPU on the published rows (PUBLISHED_GRID), with leave-one-out."""
+    runs = published_runs(csv_path, folder)
+    rows = {run.name: row for row, run in runs}
+    files = [run for _row, run in runs]
+    table = grid_table(files, lambda run: published_scenario(rows[run.name]), grid=PUBLISHED_GRID)
+    for gpu in ("A100", "H100"):
+        members = [i for i, run in enumerate(files) if gpu in rows[run.name]["gpus"]]
+        _print_fit(f"vllm-v1 {gpu} (published)", fit_members(table, members))
+
+
+def _print_fit(label: str, result: FitResult) -> None:
+    """The fitted terms, then in-sample and leave-one-file-out median |error| per metric."""
+    errors = result.error_table()
+    print(f"{label}: {result.terms.values()}")
+    for metric in (*MAPE_METRICS, "median_file_mape"):
+        inside, held = errors["in_sample"][metric], errors["leave_one_out"][metric]
+        print(f"    {metric:<20} {inside:6.1f} {held:6.1f}" if math.isfinite(held) else f"    {metric:<20} -")
 
 
 def refit(folder: Path) -> None:
@@ -96,9 +139,12 @@ def main() -> None:
     if not args.bench.is_dir():
         print(f"error: {args.bench}: not a folder (the shared bench data)", file=sys.stderr)
         sys.exit(2)
+    published = args.bench.parent / "published.csv"
     if args.fit:
         refit(args.bench)
+        refit_published(published, args.bench)
     shipped_table(args.bench)
+    published_table(published, args.bench)
 
 
 if __name__ == "__main__":

@@ -116,3 +116,34 @@ def published_scenario(row: dict[str, str]) -> Any:
     if length:
         fields["max_model_len"] = int(length.group(1))
     return Scenario(**fields)
+
+
+def replay_published(runs: list[tuple[dict[str, str], BenchFile]]) -> list[Any]:
+    """Each published row replayed under `published_scenario` with the shipped vllm-v1 terms of its GPU."""
+    from sim.bench.replay import replay
+    from sim.cost.server import shipped_terms
+
+    results = []
+    for row, run in runs:
+        scenario = published_scenario(row)
+        results.append(replay(run, scenario, shipped_terms(scenario.engine, scenario.gpu_spec().name)))
+    return results
+
+
+def throughput_ratios(
+    runs: list[tuple[dict[str, str], BenchFile]], results: list[Any]
+) -> list[tuple[str, float, float]]:
+    """(model and dataset, measured H100/A100 request-throughput ratio, simulated ratio) for every pair
+    of rows that differ only in the GPU (the max-concurrency rows have no A100 twin)."""
+    by_key: dict[tuple[str, str, str], dict[str, Any]] = {}
+    for (row, _run), result in zip(runs, results, strict=True):
+        gpu = "H100" if "H100" in row["gpus"] else "A100"
+        by_key.setdefault((row["model"], row["dataset"], row["arrival"]), {})[gpu] = result
+    ratios = []
+    for (model, dataset, _arrival), pair in by_key.items():
+        if "H100" in pair and "A100" in pair:
+            h, a = pair["H100"], pair["A100"]
+            measured = h.measured["request_throughput"] / a.measured["request_throughput"]
+            simulated = h.simulated["request_throughput"] / a.simulated["request_throughput"]
+            ratios.append((f"{model.split('/')[-1]} {dataset}", measured, simulated))
+    return ratios
