@@ -135,7 +135,7 @@ def simulate(
     cost = CostModel.from_scenario(scenario, server=server)
     config = engine_config(scenario, multi_step=multi_step)
     label = scenario.allocator.label
-    engine_view, queued_s = frontend_arrivals(requests, cost.frontend_service_s)
+    engine_view, queued_s = frontend_arrivals(requests, cost.frontend_service_s, cost.frontend_blocks_engine)
     with _progress_bar(progress, len(requests), label) as update:
         result = run_engine(
             engine_view, allocator, cost, config, progress=update, kv_read_time_s=cost.kv_read_time_s

@@ -20,13 +20,16 @@ from sim.cost.server import ServerTerms
 # v0.3.0; `EngineArgs.disable_custom_all_reduce` False), and a single-node TP group runs in
 # multiprocessing workers, not Ray (vllm/config.py `ParallelConfig.__init__`, v0.5.1+: backend "mp"
 # unless Ray is already initialised or the GPUs span nodes). The vllm-v0 preset's own defaults are
-# the paper's stack (NCCL, Ray), so the set states this one.
-LAMBDA_STACK = ServerTerms(custom_all_reduce=True, ray_workers=False, source="vLLM v0.5.4 stack")
+# the paper's stack (NCCL, Ray), so the set states this one. Its front end shares the engine's event
+# loop (`AsyncLLMEngine`, vllm/engine/async_llm_engine.py), as the preset assumes.
+LAMBDA_STACK = ServerTerms(
+    custom_all_reduce=True, ray_workers=False, frontend_in_engine_process=True, source="vLLM v0.5.4 stack"
+)
 
-# The grid the shipped vllm-v0 terms were fitted on (48 points; sim/bench/fit.py GRID's form).
+# The grid the shipped vllm-v0 terms were fitted on (36 points; sim/bench/fit.py GRID's form).
 LAMBDA_GRID: dict[str, tuple[float, ...]] = {
-    "frontend_service_s": (0.0, 0.002, 0.005),
-    "flops_efficiency_scale": (0.5, 0.7, 1.0, 1.25),
+    "frontend_service_s": (0.002, 0.003, 0.004),
+    "flops_efficiency_scale": (0.7, 1.0, 1.25),
     "overhead_scale": (0.15, 0.3, 0.5, 1.0),
 }
 

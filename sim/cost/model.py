@@ -185,6 +185,7 @@ class CostModel:
     linear_fit_source: str = ""
     frontend_s: float = 0.0  # per request, outside the engine (sim/cost/server.py); added to TTFT and E2E
     frontend_service_s: float = 0.0  # per request, the front end's serial work before the engine sees it
+    frontend_blocks_engine: bool = False  # the front end shares the engine's event loop (vLLM v0)
     server_source: str = "neutral"  # where the server-level terms come from
     # Memos of the per-batch-size terms, keyed by the number of decoding sequences (bounded by
     # max_num_seqs): the engine prices the same few batch sizes on every turn. Same floats as computing
@@ -268,6 +269,7 @@ class CostModel:
             linear_fit_source=parts.linear_fit_source,
             frontend_s=terms.frontend_s,
             frontend_service_s=terms.frontend_service_s,
+            frontend_blocks_engine=terms.frontend_blocks_engine(parts.engine),
             server_source=terms.source,
         )
         check_step_cost(cost, scenario)  # a step of inf (or 1e300) s is refused here, by its term

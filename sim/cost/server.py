@@ -67,6 +67,7 @@ class ServerTerms:
     # The serving stack (not fitted; None: the engine preset's own, see `stack_settings`):
     custom_all_reduce: bool | None = None  # vLLM's custom all-reduce on NVLink (else NCCL)
     ray_workers: bool | None = None  # TP workers driven over Ray (the v0 preset's measured overhead)
+    frontend_in_engine_process: bool | None = None  # the front end shares the engine's event loop (v0)
     source: str = "neutral"
 
     @classmethod
@@ -77,7 +78,7 @@ class ServerTerms:
     @property
     def is_neutral(self) -> bool:
         fitted = self.values() == ServerTerms().values()
-        return fitted and self.custom_all_reduce is None and self.ray_workers is None
+        return fitted and all(value is None for value in self.stack().values())
 
     def stack_settings(self, engine: str) -> tuple[bool, bool]:
         """(custom all-reduce, Ray workers) for `engine`: the explicit settings, else the preset's.
@@ -90,9 +91,22 @@ class ServerTerms:
         ray = engine != "vllm-v1" if self.ray_workers is None else self.ray_workers
         return custom, ray
 
+    def frontend_blocks_engine(self, engine: str) -> bool:
+        """Whether the front end's serial work holds the engine back (the explicit setting, else the
+        preset's): vLLM v0's `AsyncLLMEngine` runs its engine loop in the API server's event loop
+        (vllm/engine/async_llm_engine.py `run_engine_loop`), so request handling and engine steps
+        take turns; v1 moves the engine core to its own process (vllm/v1/engine/core_client.py)."""
+        if self.frontend_in_engine_process is not None:
+            return self.frontend_in_engine_process
+        return engine != "vllm-v1"
+
     def stack(self) -> dict[str, bool | None]:
         """The stack settings as given (None: the engine preset's)."""
-        return {"custom_all_reduce": self.custom_all_reduce, "ray_workers": self.ray_workers}
+        return {
+            "custom_all_reduce": self.custom_all_reduce,
+            "ray_workers": self.ray_workers,
+            "frontend_in_engine_process": self.frontend_in_engine_process,
+        }
 
     def values(self) -> dict[str, float]:
         """The fitted numbers alone, keyed as in BOUNDS."""
@@ -174,7 +188,7 @@ def load_profile_terms(path: str | Path) -> ServerTerms:
         raise ScenarioError(f"field 'calibration': {where}: field 'terms': expected an object")
     values = check_terms(terms, f"field 'calibration': {where}")
     stack = data.get("stack", {})
-    for name in ("custom_all_reduce", "ray_workers"):
+    for name in ServerTerms().stack():
         if not isinstance(stack, dict) or not isinstance(stack.get(name), bool | None):
             raise ScenarioError(
                 f"field 'calibration': {where}: field 'stack.{name}': expected true, false or null"
@@ -252,10 +266,30 @@ def add_frontend_latency(requests: Any, frontend_s: float, queued_s: np.ndarray 
             requests[column] = requests[column].to_numpy(np.float64) + added_ms
 
 
-def frontend_arrivals(requests: Any, service_s: float) -> tuple[Any, np.ndarray | None]:
+def busy_period_ends_s(send_s: np.ndarray, leave_s: np.ndarray) -> np.ndarray:
+    """For each request, when the front end's busy period that served it ends.
+
+    A busy period ends at leave[j] when the next request arrives later (send[j+1] > leave[j]) or j is
+    the last; request i's period ends at the first such j >= i (a reversed running minimum).
+    """
+    ends = np.full(leave_s.size, np.inf)
+    idle_after = np.append(send_s[1:] > leave_s[:-1], True)
+    ends[idle_after] = leave_s[idle_after]
+    return np.minimum.accumulate(ends[::-1])[::-1]
+
+
+def frontend_arrivals(
+    requests: Any, service_s: float, blocking: bool = False
+) -> tuple[Any, np.ndarray | None]:
     """The request table as the engine sees it behind the front end's serial queue, and each
     request's time in that queue (indexed by request_id); (the table, None) when nothing changes.
 
+    Pipelined (v1, `blocking` False): a request reaches the engine when the front end is done with
+    it (`frontend_queue_s`). In the engine's process (v0, `blocking` True): the event loop handles
+    every pending request before the engine loop runs again, so the requests of one busy period all
+    reach the engine when it ends (`busy_period_ends_s`): a burst of 320 requests at 3 ms each starts
+    its first prefill ~1 s late, as measured (../shared/bench/vllm_bench: the first TTFTs of a burst
+    are ~1 s). The engine's steps during a busy period are not slowed (an approximation).
     A closed loop's arrivals are made by the engine's own arrival source, so it is left as is
     (`kvsim bench replay` adds the front end to its think time instead).
     """
@@ -263,6 +297,8 @@ def frontend_arrivals(requests: Any, service_s: float) -> tuple[Any, np.ndarray 
         return requests, None
     send = requests["arrival_s"].to_numpy(np.float64)
     leave = frontend_queue_s(send, service_s)
+    if blocking:
+        leave = busy_period_ends_s(send, leave)
     ids = requests["request_id"].to_numpy()
     queued = np.zeros(int(ids.max()) + 1)
     queued[ids] = leave - send
