@@ -39,8 +39,8 @@ QWEN3_CONFIGS: dict[str, dict[str, Any]] = {
 # (sim/cost/overhead.py), so its scale stays 1; the front end's serial work can reach tens of ms
 # per request on the chat endpoint (128-in/4-out runs top out at 20-44 req/s).
 PUBLISHED_GRID: dict[str, tuple[float, ...]] = {
-    "frontend_service_s": (0.0, 0.005, 0.01, 0.02),
-    "flops_efficiency_scale": (0.4, 0.55, 0.7, 0.85, 1.0),
+    "frontend_service_s": (0.0, 0.01, 0.02),
+    "flops_efficiency_scale": (0.45, 0.6, 0.8, 1.0),
     "overhead_scale": (1.0,),
 }
 # The ShareGPT sample the ShareGPT rows are drawn from (Llama-3-8B-Instruct, vllm bench's sampler).

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 from _bench_helpers import bench_document, simulated_file, small_scenario, write_json
 
@@ -89,3 +90,31 @@ def test_replay_is_deterministic(tmp_path: Path) -> None:
     assert first.keys() == again.keys()
     for key, value in first.items():
         assert value == again[key] or (math.isnan(value) and math.isnan(again[key])), key
+
+
+def test_frontend_queue_is_a_fifo_single_server() -> None:
+    from sim.cost.server import busy_period_ends_s, frontend_queue_s
+
+    send = np.array([0.0, 0.0, 0.0, 1.0, 1.001, 5.0])
+    leave = frontend_queue_s(send, 0.01)
+    expected, last = [], -np.inf
+    for t in send:  # the recurrence, one request at a time
+        last = max(t, last) + 0.01
+        expected.append(last)
+    assert leave == pytest.approx(expected, abs=1e-12)
+    # busy periods: {0,1,2} ends at 0.03, {3,4} at 1.02, {5} at 5.01
+    assert busy_period_ends_s(send, leave) == pytest.approx([0.03, 0.03, 0.03, 1.02, 1.02, 5.01])
+    assert np.array_equal(frontend_queue_s(send, 0.0), send)
+
+
+def test_front_end_in_the_engine_process_delays_a_burst_until_it_is_handled(tmp_path: Path) -> None:
+    """v0: all 40 requests of a burst reach the engine after 40 x 5 ms; v1 (own process): one by one."""
+    bench = read_bench_file(write_json(tmp_path / "r.json", bench_document([64] * 40, [4] * 40)))
+    blocking = replay(
+        bench, small_scenario(), ServerTerms(frontend_service_s=0.005, frontend_in_engine_process=True)
+    )
+    pipelined = replay(
+        bench, small_scenario(), ServerTerms(frontend_service_s=0.005, frontend_in_engine_process=False)
+    )
+    assert blocking.simulated["median_ttft_ms"] > pipelined.simulated["median_ttft_ms"]
+    assert blocking.simulated["mean_ttft_ms"] >= 200.0  # nobody's first token before the burst is handled
