@@ -160,16 +160,3 @@ def fit_members(table: GridTable, members: Sequence[int]) -> FitResult:
         fold = table.terms(others, f"fit without {table.files[i].name}")
         held_out.append(replay(table.files[i], table.scenarios[i], fold))
     return FitResult(terms=terms, in_sample=in_sample, held_out=held_out)
-
-
-def fit_files(
-    files: Sequence[BenchFile],
-    scenario_for: Callable[[BenchFile], Any],
-    *,
-    stack: ServerTerms | None = None,
-    grid: dict[str, tuple[float, ...]] | None = None,
-    progress: Callable[[int, int], None] | None = None,
-) -> FitResult:
-    """Fit the server terms to `files` (each simulated under `scenario_for(file)`), with LOFO error."""
-    table = grid_table(files, scenario_for, stack=stack, grid=grid, progress=progress)
-    return fit_members(table, range(len(files)))

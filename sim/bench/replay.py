@@ -23,28 +23,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from sim.bench.results_file import BenchFile, BenchFileError
+from sim.bench.results_file import AGGREGATE_FIELDS, BenchFile, BenchFileError
 from sim.cost.server import ServerTerms
 
 # The four metrics whose mean absolute percentage error is the replay's last line (issue 21).
 MAPE_METRICS: tuple[str, ...] = ("mean_ttft_ms", "mean_tpot_ms", "mean_e2el_ms", "request_throughput")
-# Rows of the side-by-side table, in order.
-TABLE_METRICS: tuple[str, ...] = (
-    "request_throughput",
-    "output_throughput",
-    "mean_ttft_ms",
-    "median_ttft_ms",
-    "p99_ttft_ms",
-    "mean_tpot_ms",
-    "median_tpot_ms",
-    "p99_tpot_ms",
-    "mean_itl_ms",
-    "median_itl_ms",
-    "p99_itl_ms",
-    "mean_e2el_ms",
-    "median_e2el_ms",
-    "p99_e2el_ms",
-)
+# Rows of the side-by-side table, in order: every aggregate the reader keeps.
+TABLE_METRICS: tuple[str, ...] = AGGREGATE_FIELDS
 
 
 @dataclass(frozen=True)

@@ -83,7 +83,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Fit frontend_s, flops_efficiency_scale and overhead_scale; print in-sample and
         leave-one-file-out error; write a profile for --calibration."""
-        from sim.bench.fit import fit_files
+        from sim.bench.fit import fit_members, grid_table
         from sim.cost.server import profile_document
         from sim.files import adopt_files, check_output_file, dumps_json, write_file_atomic
 
@@ -96,7 +96,7 @@ def register(app: typer.Typer) -> None:
             )
         kept, scenarios, skipped = _scenarios(files, flags)
         by_file = dict(zip([b.name for b in kept], scenarios, strict=True))
-        result = fit_files(kept, lambda b: by_file[b.name])
+        result = fit_members(grid_table(kept, lambda b: by_file[b.name]), range(len(kept)))
         errors = result.error_table()
         fitted_on = [{"file": str(b.path), "sha256": b.sha256, "model_id": b.model_id} for b in kept]
         write_file_atomic(target, dumps_json(profile_document(result.terms, fitted_on, errors)) + "\n")

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from _bench_helpers import bench_document, simulated_file, small_scenario, write_json
 
-from sim.bench.fit import GRID, fit_files
+from sim.bench.fit import GRID, fit_members, grid_table
 from sim.bench.results_file import read_bench_file
 from sim.cli import main
 from sim.cost.model import CostModel
@@ -33,7 +33,7 @@ def known_files(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
 
 def test_fit_finds_the_known_terms_back(known_files: list[Path]) -> None:
     files = [read_bench_file(path) for path in known_files]
-    result = fit_files(files, lambda _bench: small_scenario())
+    result = fit_members(grid_table(files, lambda _bench: small_scenario()), range(len(files)))
     assert result.terms.values() == pytest.approx(KNOWN.values())
     table = result.error_table()
     for label in ("in_sample", "leave_one_out"):
