@@ -117,6 +117,7 @@ def refit(folder: Path) -> None:
     groups: dict[str, list[int]] = {}
     for index, bench in enumerate(files):
         groups.setdefault(group_of(bench), []).append(index)
+        groups.setdefault(f"{group_of(bench).split()[0]} all", []).append(index)  # the GPU's files
     print("Fitted server terms per group (in sample / leave-one-file-out median |error|, %):")
     for label, members in sorted(groups.items()):
         result = fit_members(table, members)

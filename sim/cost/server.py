@@ -131,19 +131,59 @@ def check_terms(values: dict[str, Any], where: str) -> dict[str, float]:
     return checked
 
 
-# Shipped defaults, per engine preset and GPU preset: `kvsim bench fit` on ../shared/bench/vllm_bench
-# (Lambda's vLLM 0.5.4 runs, engine vllm-v0) per GPU, reproduced by `benchmarks/bench_fidelity.py --fit`.
-# Their leave-one-file-out error is in docs/cost_model.md "Whole server". A pair not listed uses the
-# engine's row under "*", else neutral terms.
-SHIPPED_TERMS: dict[tuple[str, str], dict[str, float]] = {}
+# Shipped defaults, per engine preset and GPU preset, fitted with `kvsim bench fit`'s grid
+# (benchmarks/bench_fidelity.py --fit prints every number here and its leave-one-file-out error):
+# - vllm-v0: the "later script" runs of ../shared/bench/vllm_bench (LambdaLabsML/vllm-benchmark,
+#   vLLM 0.5.4 with --gpu-memory-utilization 0.95 --max-num-seqs 1024, the configuration whose flags
+#   are recorded; sim/bench/lambda_set.py), 7 files per GPU, with vLLM 0.5.4's stack (custom
+#   all-reduce, multiprocess workers, front end in the engine's event loop). H100's FLOP scale sits at
+#   the bound: most H100 files serve FP8 models, whose FP8 GEMMs this model does not speed up.
+# - vllm-v1: the gpustack rows of ../shared/bench/published.csv (vLLM 0.11, `vllm serve` defaults;
+#   sim/bench/published_set.py), H100 fitted on its 14 rows; the front end is the API server's
+#   (CPU), so the A100 keeps the H100 fit's two front-end terms (the A100 rows have no low-load run
+#   to identify them) and fits only its FLOP scale (1.0 over 0.45-1.0).
+# Other engine/GPU pairs get neutral terms (the operator model alone).
+_V0_STACK: dict[str, Any] = {
+    "custom_all_reduce": True,
+    "ray_workers": False,
+    "frontend_in_engine_process": True,
+}
+SHIPPED_TERMS: dict[tuple[str, str], dict[str, Any]] = {
+    ("vllm-v0", "A100-80GB"): {
+        "frontend_s": 0.23,
+        "frontend_service_s": 0.003,
+        "flops_efficiency_scale": 1.0,
+        "overhead_scale": 0.3,
+        **_V0_STACK,
+    },
+    ("vllm-v0", "H100-80GB"): {
+        "frontend_s": 0.179,
+        "frontend_service_s": 0.002,
+        "flops_efficiency_scale": 1.25,
+        "overhead_scale": 0.3,
+        **_V0_STACK,
+    },
+    ("vllm-v1", "A100-80GB"): {
+        "frontend_s": 0.042,
+        "frontend_service_s": 0.02,
+        "flops_efficiency_scale": 1.0,
+        "overhead_scale": 1.0,
+    },
+    ("vllm-v1", "H100-80GB"): {
+        "frontend_s": 0.042,
+        "frontend_service_s": 0.02,
+        "flops_efficiency_scale": 0.45,
+        "overhead_scale": 1.0,
+    },
+}
 
 
 def shipped_terms(engine: str, gpu: str) -> ServerTerms:
     """The shipped server terms for an engine preset on a GPU preset (neutral when none are shipped)."""
-    for key in ((engine, gpu), (engine, "*")):
-        if key in SHIPPED_TERMS:
-            return ServerTerms(**SHIPPED_TERMS[key], source=f"shipped {key[0]} {key[1]} (sim/cost/server.py)")
-    return ServerTerms.neutral()
+    entry = SHIPPED_TERMS.get((engine, gpu))
+    if entry is None:
+        return ServerTerms.neutral()
+    return ServerTerms(**entry, source=f"shipped {engine} {gpu} (sim/cost/server.py)")
 
 
 # ------------------------------------------------------------------------------------------------------------
