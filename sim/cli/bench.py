@@ -39,6 +39,28 @@ def _scenarios(paths: list[Path], flags: dict[str, Any]) -> tuple[list[Any], lis
     return kept, scenarios, skipped
 
 
+STACK_HELP = "Serving stack; default: the shipped terms' or the engine preset's (sim/cost/server.py)."
+CustomAllReduce = Annotated[
+    bool | None, typer.Option("--custom-all-reduce/--no-custom-all-reduce", help=STACK_HELP)
+]
+RayWorkers = Annotated[bool | None, typer.Option("--ray-workers/--no-ray-workers", help=STACK_HELP)]
+FrontendInEngine = Annotated[
+    bool | None, typer.Option("--frontend-in-engine-process/--no-frontend-in-engine-process", help=STACK_HELP)
+]
+
+
+def _given_stack(
+    custom_all_reduce: bool | None, ray_workers: bool | None, in_engine: bool | None
+) -> dict[str, bool]:
+    """The serving-stack flags the user gave, as ServerTerms fields."""
+    stack = {
+        "custom_all_reduce": custom_all_reduce,
+        "ray_workers": ray_workers,
+        "frontend_in_engine_process": in_engine,
+    }
+    return {name: value for name, value in stack.items() if value is not None}
+
+
 def register(app: typer.Typer) -> None:
     group = typer.Typer(
         help="Replay measured `vllm bench serve` runs and fit the server-level terms.", no_args_is_help=True
@@ -49,26 +71,32 @@ def register(app: typer.Typer) -> None:
     def replay_command(
         files: Annotated[list[Path], typer.Argument(help="vllm bench serve --save-result JSON files.")],
         flags: dict[str, Any],
+        custom_all_reduce: CustomAllReduce = None,
+        ray_workers: RayWorkers = None,
+        frontend_in_engine_process: FrontendInEngine = None,
     ) -> None:
         """Measured vs simulated per metric (one file), or a row per file and a total; ends `MAPE <n> %`.
 
         Model, GPU, TP and max_model_len not given as flags are taken from the file's model id and
         a `<N>x<GPU>/..._tp<N>_len<L>.json` path. Server terms: --calibration PROFILE.json (kvsim bench
-        fit), else the shipped defaults for the engine and GPU (sim/cost/server.py).
+        fit), else the shipped defaults for the engine and GPU (sim/cost/server.py); the stack flags
+        override the serving stack of either.
         """
+        from dataclasses import replace as with_fields
+
         from sim.bench.replay import replay
         from sim.bench.table import many_files_table, one_file_table
-        from sim.cost.server import is_bench_profile, shipped_terms
+        from sim.cost.server import is_bench_profile, scenario_terms, shipped_terms
 
         kept, scenarios, skipped = _scenarios(files, flags)
         results = []
         for bench, scenario in zip(kept, scenarios, strict=True):
-            terms = (
-                None
-                if is_bench_profile(scenario.calibration)
-                else shipped_terms(scenario.engine, scenario.gpu_spec().name)
-            )
-            results.append(replay(bench, scenario, terms))
+            if is_bench_profile(scenario.calibration):
+                terms = scenario_terms(scenario)
+            else:
+                terms = shipped_terms(scenario.engine, scenario.gpu_spec().name)
+            stack = _given_stack(custom_all_reduce, ray_workers, frontend_in_engine_process)
+            results.append(replay(bench, scenario, with_fields(terms, **stack)))
         if len(results) == 1 and not skipped:
             typer.echo(one_file_table(results[0]))
         else:
@@ -80,11 +108,14 @@ def register(app: typer.Typer) -> None:
         files: Annotated[list[Path], typer.Argument(help="vllm bench serve --save-result JSON files.")],
         output: Annotated[Path, typer.Option("-o", "--output", help="Profile JSON to write.")],
         flags: dict[str, Any],
+        custom_all_reduce: CustomAllReduce = None,
+        ray_workers: RayWorkers = None,
+        frontend_in_engine_process: FrontendInEngine = None,
     ) -> None:
-        """Fit frontend_s, flops_efficiency_scale and overhead_scale; print in-sample and
-        leave-one-file-out error; write a profile for --calibration."""
+        """Fit frontend_s, frontend_service_s, flops_efficiency_scale and overhead_scale (the stack
+        flags fixed); print in-sample and leave-one-file-out error; write a profile for --calibration."""
         from sim.bench.fit import fit_members, grid_table
-        from sim.cost.server import profile_document
+        from sim.cost.server import ServerTerms, profile_document
         from sim.files import adopt_files, check_output_file, dumps_json, write_file_atomic
 
         target = check_output_file(output, "calibrate", what="--output")
@@ -96,7 +127,8 @@ def register(app: typer.Typer) -> None:
             )
         kept, scenarios, skipped = _scenarios(files, flags)
         by_file = dict(zip([b.name for b in kept], scenarios, strict=True))
-        result = fit_members(grid_table(kept, lambda b: by_file[b.name]), range(len(kept)))
+        stack = ServerTerms(**_given_stack(custom_all_reduce, ray_workers, frontend_in_engine_process))
+        result = fit_members(grid_table(kept, lambda b: by_file[b.name], stack=stack), range(len(kept)))
         errors = result.error_table()
         fitted_on = [{"file": str(b.path), "sha256": b.sha256, "model_id": b.model_id} for b in kept]
         write_file_atomic(target, dumps_json(profile_document(result.terms, fitted_on, errors)) + "\n")

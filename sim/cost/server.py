@@ -75,11 +75,6 @@ class ServerTerms:
         """Terms that change nothing: the operator model alone."""
         return cls()
 
-    @property
-    def is_neutral(self) -> bool:
-        fitted = self.values() == ServerTerms().values()
-        return fitted and all(value is None for value in self.stack().values())
-
     def stack_settings(self, engine: str) -> tuple[bool, bool]:
         """(custom all-reduce, Ray workers) for `engine`: the explicit settings, else the preset's.
 

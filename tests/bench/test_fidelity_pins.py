@@ -88,3 +88,13 @@ def test_published_subset_figures_are_pinned() -> None:
         assert errors == pytest.approx(PUBLISHED[row["id"]], abs=TOLERANCE_PCT), row["id"]
     ratios = [(label, round(m, 3), round(s, 3)) for label, m, s in throughput_ratios(runs, results)]
     assert ratios == RATIOS
+
+
+def test_the_cli_prints_table_1s_row(capsys: pytest.CaptureFixture[str]) -> None:
+    """`kvsim bench replay` on a shared file, with the flags of its run group, gives Table 1's figure."""
+    from sim.cli import main
+
+    name = "1xH100-80GB-SXM/Meta-Llama-3-8B-Instruct_tp1_len2048.json"
+    flags = ["--engine", "vllm-v0", "--max-num-seqs", "1024", "--gpu-memory-utilization", "0.95"]
+    main(["bench", "replay", str(SHARED_BENCH / "vllm_bench" / name), *flags])
+    assert capsys.readouterr().out.strip().splitlines()[-1] == f"MAPE {LAMBDA_FILE_MAPE[name]:.1f} %"

@@ -46,11 +46,16 @@ def test_cli_fit_writes_a_profile_that_calibration_applies(
 ) -> None:
     profile = tmp_path / "server.json"
     flags = ["--model", "Llama-3-8B", "--gpu", "H100-80GB", "--engine", "vllm-v1", "--max-model-len", "2048"]
-    main(["bench", "fit", *map(str, known_files), *flags, "-o", str(profile)])
+    main(["bench", "fit", *map(str, known_files), *flags, "--no-ray-workers", "-o", str(profile)])
     out = capsys.readouterr().out
     assert "leave-one-out" in out and f"wrote {profile}" in out
     document = json.loads(profile.read_text())
     assert document["kind"] == PROFILE_KIND
+    assert document["stack"] == {
+        "custom_all_reduce": None,
+        "ray_workers": False,
+        "frontend_in_engine_process": None,
+    }
     assert [entry["sha256"] for entry in document["fitted_on"]] == [
         read_bench_file(p).sha256 for p in known_files
     ]
