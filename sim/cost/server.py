@@ -2,8 +2,9 @@
 
 Why they exist: the operator fits (sim/cost/fit.py) are within 10 % on measured GEMM files, yet a
 whole server replayed against measured `vllm bench serve` runs was off by 16-44 % (issue 21). What
-is missing is not one operator but the server around them, and it is modelled with three
-interpretable coefficients, each with bounds and a physical meaning:
+is missing is not one operator but the server around them, and it is modelled with four
+interpretable coefficients, each with bounds and a physical meaning, plus three serving-stack
+switches (`stack_settings`, `frontend_blocks_engine`):
 
 - `frontend_s`: time a request spends outside the engine as seen by the client: HTTP, the API
   server's tokenisation and request set-up before the engine sees it, and streaming the first chunk
@@ -27,7 +28,7 @@ interpretable coefficients, each with bounds and a physical meaning:
 
 `ServerTerms.neutral()` changes nothing (the paper default and every run without a bench profile
 keep their results). `kvsim bench replay` uses `shipped_terms(engine, gpu)` unless given
-`--calibration PROFILE.json`; `kvsim bench fit` writes such a profile (`write_profile`), and
+`--calibration PROFILE.json`; `kvsim bench fit` writes such a profile (`profile_document`), and
 `--calibration` applies it to run, compare, sweep and capacity too (docs/cost_model.md "Whole server").
 """
 
