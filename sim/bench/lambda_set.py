@@ -49,14 +49,12 @@ def load_set(folder: str | Path) -> list[BenchFile]:
 
 def lambda_scenario(bench: BenchFile) -> Any:
     """The scenario a Lambda file is replayed under (the CLI's rules plus the README's settings)."""
-    from sim.bench.setup import scenario_for_file
-    from sim.cli.scenario_flags import SCENARIO_FLAGS, scenario_from_flags
+    from sim.bench.setup import scenario_for_file, scenario_from_fields
 
-    flags: dict[str, Any] = {flag.param: None for flag in SCENARIO_FLAGS}
-    flags["engine"] = "vllm-v0"
+    fields: dict[str, Any] = {"engine": "vllm-v0", "config": None}
     if later_script(bench):
-        flags.update(LATER_SCRIPT_FLAGS)
-    return scenario_for_file(bench, flags, lambda f: scenario_from_flags(f, name="bench"))
+        fields.update(LATER_SCRIPT_FLAGS)
+    return scenario_for_file(bench, fields, lambda filled: scenario_from_fields({**filled, "config": None}))
 
 
 def group_of(bench: BenchFile) -> str:

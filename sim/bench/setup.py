@@ -56,3 +56,16 @@ def scenario_for_file(bench: BenchFile, flags: dict[str, Any], build: Callable[[
     ):
         filled.update(enable_chunked_prefill=True, max_num_batched_tokens=512)
     return build(filled)
+
+
+def scenario_from_fields(fields: dict[str, Any]) -> Any:
+    """A Scenario from field values (None: not given; `quantization` applied to the model first):
+    the `build` of `scenario_for_file` for callers without command-line flags (the benchmarks)."""
+    from sim.scenario.quantization import quantized_flag_model
+    from sim.scenario.scenario import Scenario
+
+    given = {key: value for key, value in fields.items() if value is not None}
+    quantization = given.pop("quantization", None)
+    if quantization not in (None, "none"):
+        given["model"] = quantized_flag_model(given.get("model"), quantization)
+    return Scenario(**{"name": "bench", **given})
