@@ -22,6 +22,7 @@ import sim
 from sim.core.engine import EngineConfig, run_engine
 from sim.core.metrics import summarize
 from sim.cost.model import CostModel
+from sim.cost.server import ServerTerms, add_frontend_latency, frontend_arrivals
 from sim.results import Run
 from sim.scenario.scenario import Scenario
 
@@ -112,22 +113,26 @@ def simulate(
     progress: bool = False,
     workload: pd.DataFrame | None = None,
     multi_step: bool = True,
+    server: ServerTerms | None = None,
 ) -> Run:
     """Run one scenario end to end and return its tables and summary (nothing is written to disk).
 
     `workload`: a request table to use instead of `scenario.load_workload()` (compare passes one
     table to every allocator). `multi_step=False` steps every iteration (for checking the jumps).
+    `server`: server-level terms (sim/cost/server.py) instead of the scenario's (`kvsim bench replay`).
     """
     wall_start = time.perf_counter()
     requests = workload if workload is not None else scenario.load_workload()
     allocator = scenario.make_allocator()
-    cost = CostModel.from_scenario(scenario)
+    cost = CostModel.from_scenario(scenario, server=server)
     config = engine_config(scenario, multi_step=multi_step)
     label = scenario.allocator.label
+    engine_view, queued_s = frontend_arrivals(requests, cost.frontend_service_s, cost.frontend_blocks_engine)
     with _progress_bar(progress, len(requests), label) as update:
         result = run_engine(
-            requests, allocator, cost, config, progress=update, kv_read_time_s=cost.kv_read_time_s
+            engine_view, allocator, cost, config, progress=update, kv_read_time_s=cost.kv_read_time_s
         )
+    add_frontend_latency(result.requests, cost.frontend_s, queued_s)
     wall_s = time.perf_counter() - wall_start
     metrics = summarize(
         result.requests,

@@ -22,6 +22,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "sweep",  # kvsim sweep / capacity
     "gpu",  # kvsim calibrate / replay
     "cost",  # kvsim cost validate
+    "bench",  # kvsim bench replay / fit
 )
 
 
@@ -58,6 +59,7 @@ ARGUMENT_FLAGS: dict[str, str] = {
     "gpu": "--gpu",
     "kv_cache_dtype": "--kv-cache-dtype",
     "tensor_parallel_size": "--tensor-parallel-size",
+    "quantization": "--quantization",
 }
 
 

@@ -168,6 +168,14 @@ SCENARIO_FLAGS: tuple[ScenarioFlag, ...] = (
     ),
     ScenarioFlag("seed", int | None, typer.Option("--seed", help="Random seed."), "seed"),
     ScenarioFlag(
+        "quantization",
+        str | None,
+        typer.Option(
+            "--quantization", help="Weights as vLLM's --quantization: fp8 | none (default: as stored)."
+        ),
+        None,  # not a field: it rewrites --model's spec (sim/scenario/quantization.py)
+    ),
+    ScenarioFlag(
         "calibration",
         str | None,
         typer.Option("--calibration", help="Calibration profile JSON (kvsim calibrate)."),
@@ -367,5 +375,9 @@ def scenario_from_flags(flags: dict[str, Any], *, name: str = "run", base: Any =
 
     if flags.get("name") is not None:
         plain_name(flags["name"])  # it names the default results folder: results/<name>
+    if flags.get("quantization") not in (None, "none"):
+        from sim.scenario.quantization import quantized_flag_model
+
+        flags = {**flags, "model": quantized_flag_model(flags.get("model"), flags["quantization"])}
     overrides = merge_overrides(_field_overrides(flags), parse_set_pairs(flags.get("set_pairs") or []))
     return build_scenario(flags.get("config"), overrides, name=name, base=base)

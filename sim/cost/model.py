@@ -26,9 +26,10 @@ import numpy as np
 
 from sim.cost.limits import check_step_cost
 from sim.cost.linear import _compute_params
-from sim.cost.network import AllReduceModel
+from sim.cost.network import AllReduceModel, CustomAllReduceModel
 from sim.cost.overhead import DEFAULT_ENGINE
 from sim.cost.parts import is_linear_profile, step_parts
+from sim.cost.server import ServerTerms, is_bench_profile, scenario_terms
 
 if TYPE_CHECKING:
     from sim.scenario.scenario import Scenario
@@ -177,11 +178,15 @@ class CostModel:
     elementwise_bytes_per_token: float = 0.0  # all layers: norms, RoPE, activation, residual add
     smooth_p: float = math.inf  # exponent of the memory/compute smooth maximum (inf: hard max)
     linear_fixed_s: float = 0.0  # all layers: the kernels' latency floor per step
-    all_reduce: AllReduceModel | None = None  # None for TP 1
+    all_reduce: AllReduceModel | CustomAllReduceModel | None = None  # None for TP 1
     all_reduce_elements_per_token: float = 0.0  # fp16-element equivalents of one token's hidden state
     all_reduces_per_step: int = 0  # 2 x layers with TP > 1
     engine: str = DEFAULT_ENGINE
     linear_fit_source: str = ""
+    frontend_s: float = 0.0  # per request, outside the engine (sim/cost/server.py); added to TTFT and E2E
+    frontend_service_s: float = 0.0  # per request, the front end's serial work before the engine sees it
+    frontend_blocks_engine: bool = False  # the front end shares the engine's event loop (vLLM v0)
+    server_source: str = "neutral"  # where the server-level terms come from
     # Memos of the per-batch-size terms, keyed by the number of decoding sequences (bounded by
     # max_num_seqs): the engine prices the same few batch sizes on every turn. Same floats as computing
     # them afresh; not part of the model's value (compare=False) and empty in every copy.
@@ -192,17 +197,30 @@ class CostModel:
 
     @classmethod
     def from_scenario(
-        cls, scenario: Scenario, profile: dict[str, Any] | None = None, engine: str | None = None
+        cls,
+        scenario: Scenario,
+        profile: dict[str, Any] | None = None,
+        engine: str | None = None,
+        server: ServerTerms | None = None,
     ) -> CostModel:
         """The scenario's cost model; loads `scenario.calibration` unless `profile` is given.
+
+        `server`: the server-level terms (sim/cost/server.py); None takes them from a bench profile
+        given as `scenario.calibration`, else neutral terms (the operator model alone).
 
         `engine` (default: the scenario's `engine` field when it has one, else "vllm-v0") selects the
         framework-overhead preset. Explicitly set `hbm_efficiency`, `flops_efficiency` and
         `step_overhead_s` override the GPU's fitted fractions and the engine's overhead.
         """
         model, gpu, tp = scenario.model_spec(), scenario.gpu_spec(), scenario.tensor_parallel_size
-        if profile is None and scenario.calibration and not is_linear_profile(scenario.calibration):
-            profile = load_calibration(scenario.calibration)  # a CSV calibrates the linear layers instead
+        calibration = scenario.calibration
+        if (
+            profile is None
+            and calibration
+            and not is_linear_profile(calibration)
+            and not is_bench_profile(calibration)
+        ):
+            profile = load_calibration(calibration)  # a CSV calibrates the linear layers instead
         paged = scenario.allocator.entry().block_table_layout  # attention gathers through a block table
         block_size = scenario.block_size
         layout_factor = analytic_layout_factor(block_size) if paged else 1.0
@@ -221,7 +239,8 @@ class CostModel:
             layout_factor = scenario.kv_layout_factor
             if kv_fit is not None and kv_fit.layout == CONTIGUOUS_LAYOUT:
                 kv_fit_scale = layout_factor
-        parts = step_parts(scenario, engine)
+        terms = scenario_terms(scenario) if server is None else server
+        parts = step_parts(scenario, engine, terms)
         cost = cls(
             weight_bytes=scenario.weight_bytes_per_gpu(),
             kv_bytes_per_token=scenario.kv_bytes_per_token_per_gpu(),
@@ -229,16 +248,16 @@ class CostModel:
             flops_per_token=2.0 * _compute_params(model) / tp,
             attention_flops_per_pair=4.0 * model.num_layers * model.num_attention_heads * model.head_dim / tp,
             hbm_bytes_per_s=gpu.hbm_bandwidth_bytes_per_s * parts.hbm_fraction,
-            flops_per_s=gpu.peak_flops * parts.flops_fraction,
+            flops_per_s=gpu.peak_flops * parts.flops_fraction * terms.flops_efficiency_scale,
             pcie_bytes_per_s=gpu.pcie_bandwidth_bytes_per_s,
-            step_overhead_s=parts.overhead_base_s,
+            step_overhead_s=parts.overhead_base_s * terms.overhead_scale,
             layout_factor=layout_factor,
             block_size=kv_fit.block_size if kv_fit is not None and kv_fit.block_size else block_size,
             kv_fit=kv_fit,
             kv_fit_scale=kv_fit_scale,
             constant_step_s=scenario.constant_step_s,
             source=source if scenario.constant_step_s is None else "constant",
-            overhead_per_seq_s=parts.overhead_per_seq_s,
+            overhead_per_seq_s=parts.overhead_per_seq_s * terms.overhead_scale,
             gemm_bytes_per_token=parts.gemm_bytes_per_token,
             elementwise_bytes_per_token=parts.elementwise_bytes_per_token,
             smooth_p=parts.smooth_p,
@@ -248,6 +267,10 @@ class CostModel:
             all_reduces_per_step=parts.all_reduces_per_step,
             engine=parts.engine,
             linear_fit_source=parts.linear_fit_source,
+            frontend_s=terms.frontend_s,
+            frontend_service_s=terms.frontend_service_s,
+            frontend_blocks_engine=parts.frontend_blocks_engine,
+            server_source=terms.source,
         )
         check_step_cost(cost, scenario)  # a step of inf (or 1e300) s is refused here, by its term
         return cost
@@ -468,4 +491,7 @@ class CostModel:
             "overhead_per_seq_s": self.overhead_per_seq_s,
             "all_reduce_network": None if self.all_reduce is None else self.all_reduce.network,
             "constant_step_s": self.constant_step_s,
+            "frontend_s": self.frontend_s,
+            "frontend_service_s": self.frontend_service_s,
+            "server_terms": self.server_source,
         }

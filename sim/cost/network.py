@@ -323,3 +323,58 @@ class AllReduceModel:
             slope = (times[-1] - times[-2]) / (sizes[-1] - sizes[-2])
             seconds = times[-1] + slope * (size_elements - sizes[-1])
         return seconds * self.time_scale * self.bus_factor_scale
+
+
+# vLLM's own all-reduce for tensor parallelism inside one NVLink node (`CustomAllreduce`,
+# vllm/distributed/device_communicators/custom_all_reduce.py; on by default since v0.3.0, vLLM PR
+# #2192; `disable_custom_all_reduce` false): used for groups of 2, 4, 6 or 8 GPUs with full NVLink
+# and messages below `max_size` (8 MiB), otherwise NCCL. It is a one- or two-shot kernel over
+# peer-mapped buffers, so small messages cost a few microseconds instead of NCCL's ring latency.
+# Times: vLLM's custom all-reduce measured on H100 SXM (bf16 elements, without CUDA graphs, so an
+# upper bound for vLLM's graph-captured decode) in sgl-project/sglang PR #2904 (2025-01-15,
+# `tests/test_trt_reduce.py`, table "vllm"), per group size. Above the largest measured message
+# the measured NCCL table is used (the two-shot regime is not in the source). The same table is used
+# for A100 NVLink nodes: at these sizes the kernel is latency-bound (barriers over NVLink), not
+# bandwidth-bound. Sizes in elements (2 bytes), times in seconds.
+CUSTOM_ALL_REDUCE_SIZES: tuple[float, ...] = (512.0, 4096.0, 32768.0, 262144.0, 524288.0, 1048576.0)
+CUSTOM_ALL_REDUCE_TIMES_S: dict[int, tuple[float, ...]] = {
+    2: (9.5e-6, 8.8e-6, 8.7e-6, 12.9e-6, 17.7e-6, 26.6e-6),
+    4: (9.1e-6, 8.5e-6, 9.2e-6, 20.6e-6, 26.9e-6, 40.2e-6),
+    8: (10.1e-6, 9.3e-6, 11.8e-6, 24.1e-6, 30.4e-6, 45.0e-6),
+}
+CUSTOM_ALL_REDUCE_GROUPS: tuple[int, ...] = (2, 4, 6, 8)  # CustomAllreduce._SUPPORTED_WORLD_SIZES
+CUSTOM_ALL_REDUCE_NETWORKS: tuple[str, ...] = ("a100_dgx", "h100_dgx")  # full-NVLink nodes
+
+
+@dataclass(frozen=True, slots=True)
+class CustomAllReduceModel:
+    """vLLM's custom all-reduce up to the largest measured message, NCCL (`nccl`) above it."""
+
+    nccl: AllReduceModel
+    times_s: tuple[float, ...]
+
+    @property
+    def network(self) -> str:
+        return f"{self.nccl.network}+vllm_custom"
+
+    @classmethod
+    def applies(cls, network: str, group: int, time_scale: float) -> bool:
+        """Whether vLLM would use its custom all-reduce: a full-NVLink node (no slowed links) and a
+        supported group size."""
+        return (
+            network in CUSTOM_ALL_REDUCE_NETWORKS and time_scale == 1.0 and group in CUSTOM_ALL_REDUCE_GROUPS
+        )
+
+    @classmethod
+    def for_group(cls, nccl: AllReduceModel, group: int) -> CustomAllReduceModel:
+        """The measured table of `group` (6 takes 8's: the next larger measured group)."""
+        chosen = min(g for g in CUSTOM_ALL_REDUCE_TIMES_S if g >= group)
+        return cls(nccl, CUSTOM_ALL_REDUCE_TIMES_S[chosen])
+
+    def time_s(self, size_elements: float) -> float:
+        """One all-reduce of `size_elements` elements; the smallest size's time below the table."""
+        if size_elements <= 0:
+            return 0.0
+        if size_elements > CUSTOM_ALL_REDUCE_SIZES[-1]:
+            return self.nccl.time_s(size_elements)
+        return float(np.interp(size_elements, CUSTOM_ALL_REDUCE_SIZES, self.times_s))

@@ -15,11 +15,12 @@ from typing import TYPE_CHECKING, Any
 
 from sim.cost.gpu_fits import gpu_linear_fit, gpu_network
 from sim.cost.linear import LayerCoefficients, LayerShape, LinearFit
-from sim.cost.network import AllReduceModel
+from sim.cost.network import AllReduceModel, CustomAllReduceModel
 from sim.cost.overhead import DEFAULT_ENGINE, engine_overhead
 from sim.errors import ScenarioError
 
 if TYPE_CHECKING:
+    from sim.cost.server import ServerTerms
     from sim.scenario.scenario import Scenario
 
 
@@ -36,10 +37,11 @@ class StepParts:
     elementwise_bytes_per_token: float
     overhead_base_s: float
     overhead_per_seq_s: float
-    all_reduce: AllReduceModel | None
+    all_reduce: AllReduceModel | CustomAllReduceModel | None
     all_reduce_elements_per_token: float
     all_reduces_per_step: int
     linear_fit_source: str
+    frontend_blocks_engine: bool = False  # the front end's serial work holds steps back (server.py)
 
 
 def explicit_value(scenario: Any, field: str) -> Any:
@@ -61,6 +63,22 @@ def scenario_engine(scenario: Any, engine: str | None = None) -> str:
     if name is None:
         return DEFAULT_ENGINE
     return str(getattr(name, "value", name)).strip().lower()
+
+
+# The serving stack of a scenario-like object that names no registered engine: the paper-era vLLM
+# (sim/engines/vllm_v0.py `serving_stack`, where each value's source is given).
+PAPER_ERA_STACK: dict[str, bool] = {
+    "custom_all_reduce": False,
+    "ray_workers": True,
+    "frontend_in_engine_process": True,
+}
+
+
+def engine_stack(scenario: Any) -> dict[str, bool]:
+    """The serving stack the scenario's engine runs in (`Scenario.serving_stack`, from its engine
+    policy), so no cost term names an engine; PAPER_ERA_STACK for an object without one."""
+    stack_of = getattr(scenario, "serving_stack", None)
+    return dict(stack_of()) if callable(stack_of) else dict(PAPER_ERA_STACK)
 
 
 def is_linear_profile(path: str | None) -> bool:
@@ -91,8 +109,14 @@ def _fit_profile(path: str, stamp_ns: int, hbm_bytes_per_s: float, peak_flops: f
     return fit_linear([rows], hbm_bytes_per_s, peak_flops, source=f"fitted to {Path(path).name}")
 
 
-def step_parts(scenario: Scenario, engine: str | None = None) -> StepParts:
-    """All coefficients of the scenario's step time that do not depend on the KV layout."""
+def step_parts(scenario: Scenario, engine: str | None = None, server: ServerTerms | None = None) -> StepParts:
+    """All coefficients of the scenario's step time that do not depend on the KV layout.
+
+    `server` decides the serving stack at TP > 1 (sim/cost/server.py `stack_settings`): vLLM's custom
+    all-reduce or NCCL, and whether the preset's multi-GPU (Ray) overhead applies.
+    """
+    from sim.cost.server import ServerTerms
+
     model, gpu, tp = scenario.model_spec(), scenario.gpu_spec(), scenario.tensor_parallel_size
     name = scenario_engine(scenario, engine)
     try:
@@ -103,15 +127,21 @@ def step_parts(scenario: Scenario, engine: str | None = None) -> StepParts:
     hbm = explicit_value(scenario, "hbm_efficiency")
     flops = explicit_value(scenario, "flops_efficiency")
     per_layer = LayerCoefficients.of(LayerShape.from_model(model), tp, compute_params=None)
-    base_s = overhead.base_s + (overhead.multi_gpu_base_s if tp > 1 else 0.0)
-    per_seq_s = overhead.per_seq_s + (overhead.multi_gpu_per_seq_s if tp > 1 else 0.0)
+    terms = server or ServerTerms.neutral()
+    stack = engine_stack(scenario)
+    custom, ray = terms.stack_settings(stack)
+    multi_gpu = tp > 1 and ray
+    base_s = overhead.base_s + (overhead.multi_gpu_base_s if multi_gpu else 0.0)
+    per_seq_s = overhead.per_seq_s + (overhead.multi_gpu_per_seq_s if multi_gpu else 0.0)
     fixed_overhead = explicit_value(scenario, "step_overhead_s")
     if fixed_overhead is not None:  # an explicit per-step constant replaces the engine's model
         base_s, per_seq_s = float(fixed_overhead), 0.0
-    all_reduce = None
+    all_reduce: AllReduceModel | CustomAllReduceModel | None = None
     if tp > 1:
         network, scale = gpu_network(gpu.name)
         all_reduce = AllReduceModel.for_group(network, tp, time_scale=scale)
+        if custom and CustomAllReduceModel.applies(network, tp, scale):
+            all_reduce = CustomAllReduceModel.for_group(all_reduce, tp)
     return StepParts(
         engine=name,
         hbm_fraction=fit.hbm_fraction if hbm is None else float(hbm),
@@ -126,6 +156,7 @@ def step_parts(scenario: Scenario, engine: str | None = None) -> StepParts:
         all_reduce_elements_per_token=model.hidden_size * model.dtype_bytes / 2.0,
         all_reduces_per_step=2 * model.num_layers if tp > 1 else 0,
         linear_fit_source=fit.source,
+        frontend_blocks_engine=terms.frontend_blocks_engine(stack),
     )
 
 

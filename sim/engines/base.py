@@ -24,6 +24,11 @@ class EnginePolicy(SchedulePolicy, Protocol):
     compare_placement: str | None
     # The sim/cost/overhead.py ENGINE_OVERHEADS entry whose per-step CPU overhead this engine pays.
     framework_overhead: str
+    # The serving stack around the engine, when no bench profile sets it (sim/cost/server.py
+    # `ServerTerms.stack_settings`): keys `custom_all_reduce` (vLLM's own all-reduce on NVLink, else
+    # NCCL), `ray_workers` (TP workers driven over Ray: the preset's measured multi-GPU overhead) and
+    # `frontend_in_engine_process` (the API server shares the engine's event loop).
+    serving_stack: Mapping[str, bool]
 
     def default_budgets(
         self, *, max_model_len: int, chunked: bool, gpu_name: str, gpu_memory_bytes: int

@@ -35,6 +35,14 @@ class VllmV0Policy(ContinuousBatchingPolicy):
     # algorithm to determine the memory address to store KV cache").
     compare_placement = "buddy"
     framework_overhead = "vllm-v0"
+    # The paper-era stack: NCCL all-reduce and Ray workers, whose cost the preset's measured overhead
+    # includes (sim/cost/overhead.py); `AsyncLLMEngine` runs its engine loop in the API server's event
+    # loop (vllm/engine/async_llm_engine.py `run_engine_loop`), so request handling and steps take turns.
+    serving_stack: Mapping[str, bool] = {
+        "custom_all_reduce": False,
+        "ray_workers": True,
+        "frontend_in_engine_process": True,
+    }
 
     def plan_step(self, batch: Scheduler, now_s: float) -> StepPlan:
         """vLLM v0 `vllm/core/scheduler.py` `Scheduler._schedule` (v0.1-v0.3): with nothing swapped

@@ -38,6 +38,14 @@ class VllmV1Policy(ContinuousBatchingPolicy):
     }
     compare_placement = None  # the Orca baselines are the paper's, not today's engine's: first fit
     framework_overhead = "vllm-v1"
+    # vLLM's custom all-reduce on NVLink (vllm/distributed/device_communicators/custom_all_reduce.py),
+    # multiprocess workers without Ray (vllm/v1/executor/multiproc_executor.py), and the engine core in
+    # its own process (vllm/v1/engine/core_client.py): the front end does not hold steps back.
+    serving_stack: Mapping[str, bool] = {
+        "custom_all_reduce": True,
+        "ray_workers": False,
+        "frontend_in_engine_process": False,
+    }
 
     def admit(self, batch: Scheduler, plan: StepPlan, budget: int, now_s: float) -> None:
         """vLLM v1 `vllm/v1/core/sched/scheduler.py` `Scheduler.schedule`: waiting requests are

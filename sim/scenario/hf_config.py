@@ -85,6 +85,8 @@ def window_layer_flags(data: dict[str, Any], num_layers: int, where: str = "conf
     (Qwen2/3 ship a sliding_window value with use_sliding_window false).
     """
     fields = _Fields(data, where)
+    if data.get("attention_chunk_size") is not None:
+        return chunked_layer_flags(data, num_layers, where)
     window = data.get("sliding_window")
     if window is None:
         return [False] * num_layers
@@ -108,6 +110,25 @@ def window_layer_flags(data: dict[str, Any], num_layers: int, where: str = "conf
     if not fields.bool("use_sliding_window", True):
         return [False] * num_layers
     return [True] * num_layers
+
+
+def chunked_layer_flags(data: dict[str, Any], num_layers: int, where: str = "config") -> list[bool]:
+    """Llama 4's chunked local attention: the RoPE layers attend only within their
+    `attention_chunk_size` chunk, the NoPE layers (every `no_rope_layer_interval`-th, default 4)
+    globally (transformers Llama4TextConfig `no_rope_layers`: 1 = RoPE; vLLM
+    vllm/model_executor/models/llama4.py: `use_chunked_local_attn = not self.nope and
+    attention_chunk_size`). A chunk keeps at most `attention_chunk_size` tokens, so kvsim treats these
+    layers as window layers of that size (an upper bound: a chunk restarts at every boundary).
+    """
+    fields = _Fields(data, where)
+    fields.int("attention_chunk_size")
+    flags = data.get("no_rope_layers")
+    if flags is None:
+        interval = fields.int("no_rope_layer_interval", default=4)
+        return [(index + 1) % interval != 0 for index in range(num_layers)]
+    if not isinstance(flags, list) or len(flags) != num_layers or any(flag not in (0, 1) for flag in flags):
+        raise fields.fail("no_rope_layers", f"must be a list of {num_layers} entries, each 0 or 1")
+    return [flag == 1 for flag in flags]
 
 
 def _attention_params(f: _Fields, hidden: int, heads: int, kv_heads: int, head_dim: int) -> int:
@@ -137,10 +158,10 @@ def _mlp_params(f: _Fields, hidden: int, layer: int) -> tuple[int, int]:
     """(all, active) MLP parameters of one layer: a gated MLP, or routed + shared experts and a router."""
     experts = f.int("n_routed_experts", "num_local_experts", "num_experts", default=0, minimum=0)
     dense_first = f.int("first_k_dense_replace", default=0, minimum=0)
-    sparse_step = f.int("decoder_sparse_step", default=1, minimum=1)
+    sparse_step = f.int("decoder_sparse_step", "interleave_moe_layer_step", default=1, minimum=1)
     mlp_only = f.data.get("mlp_only_layers") or []
     if experts == 0 or layer < dense_first or layer in mlp_only or (layer + 1) % sparse_step != 0:
-        dense = 3 * hidden * f.int("intermediate_size")
+        dense = 3 * hidden * f.int("intermediate_size_mlp", "intermediate_size")  # Llama 4 names both
         return dense, dense
     per_token = f.int("num_experts_per_tok", "experts_per_token")
     width = f.int("moe_intermediate_size", default=None) or f.int("intermediate_size")
@@ -148,6 +169,10 @@ def _mlp_params(f: _Fields, hidden: int, layer: int) -> tuple[int, int]:
     if f.data.get("model_type") == "gpt_oss":  # biased gate_up and down projections
         expert += 3 * width
     shared = f.int("n_shared_experts", default=0, minimum=0) * expert
+    if f.int("shared_expert_intermediate_size", default=0, minimum=0):  # Qwen2-MoE: one shared expert
+        shared += 3 * hidden * f.int("shared_expert_intermediate_size")
+    if f.data.get("model_type") in ("llama4", "llama4_text"):  # Llama 4: one shared expert per MoE layer
+        shared += expert
     router = hidden * experts + (experts if f.data.get("model_type") == "gpt_oss" else 0)
     return experts * expert + shared + router, per_token * expert + shared + router
 
@@ -212,7 +237,7 @@ def spec_from_config(data: dict[str, Any], name: str = "custom", where: str = "c
         vocab_size=f.int("vocab_size"),
         kv_lora_rank=f.int("kv_lora_rank", default=0, minimum=0),
         qk_rope_head_dim=f.int("qk_rope_head_dim", default=0, minimum=0) if data.get("kv_lora_rank") else 0,
-        sliding_window_tokens=f.int("sliding_window") if any(flags) else None,
+        sliding_window_tokens=f.int("attention_chunk_size", "sliding_window") if any(flags) else None,
         num_window_layers=sum(flags),
         num_experts=experts,
         experts_per_token=f.int("num_experts_per_tok", "experts_per_token", default=0, minimum=0)
@@ -223,11 +248,18 @@ def spec_from_config(data: dict[str, Any], name: str = "custom", where: str = "c
 
 
 def model_spec_from_file(path: str | Path) -> ModelSpec:
-    """`--model path/to/config.json`: the spec, named after the file's folder (or the file)."""
+    """`--model path/to/config.json`: the spec, named after the file's folder (or the file); FP8
+    weights when its `quantization_config` says so (sim/scenario/quantization.py)."""
+    from sim.scenario.quantization import config_quantization, quantized_model
+
     path = Path(path)
     data = load_config(path)
     name = path.parent.name if path.name == "config.json" and path.parent.name else path.stem
-    return spec_from_config(data, name=name or "custom", where=str(path))
+    spec = spec_from_config(data, name=name or "custom", where=str(path))
+    quantization = config_quantization(data, str(path))
+    return (
+        quantized_model(spec, quantization).model_copy(update={"name": spec.name}) if quantization else spec
+    )
 
 
 def looks_like_config_path(text: str) -> bool:

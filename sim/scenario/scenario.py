@@ -572,6 +572,10 @@ class Scenario(BaseModel):
         """The sim/cost/overhead.py preset whose per-step CPU overhead this scenario's engine pays."""
         return self.engine_policy().framework_overhead
 
+    def serving_stack(self) -> dict[str, bool]:
+        """The serving stack this scenario's engine runs in (engine policy `serving_stack`)."""
+        return dict(self.engine_policy().serving_stack)
+
     def make_allocator(self) -> Any:
         import allocators
 

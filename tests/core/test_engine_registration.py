@@ -35,6 +35,7 @@ class StaticBatchingPolicy(ContinuousBatchingPolicy):
     }
     compare_placement = None
     framework_overhead = "vllm-v1"
+    serving_stack = {"custom_all_reduce": True, "ray_workers": False, "frontend_in_engine_process": False}
 
     def admit(self, batch: Scheduler, plan: StepPlan, budget: int, now_s: float) -> None:
         if batch.num_seqs == 0:

@@ -1,0 +1,152 @@
+"""Whole-server fidelity against measured vLLM runs (issue 21): the tables of the issue's targets.
+
+Table 1: every complete run of ../shared/bench/vllm_bench (LambdaLabsML/vllm-benchmark, vLLM 0.5.4)
+replayed with `kvsim bench replay`'s rules (sim/bench/lambda_set.py) and the shipped server terms
+(sim/cost/server.py SHIPPED_TERMS), one row per file with the signed % error of mean TTFT, mean TPOT,
+mean E2E and request throughput, then the median |error| per metric per run group and overall.
+
+`--fit`: refits the shipped terms (`kvsim bench fit`'s grid) per GPU and run group, prints the
+literal for SHIPPED_TERMS, and the in-sample and leave-one-file-out median |error| per group (the
+held-out figure is the one that counts). Slow: 120 simulations per file on one core (minutes).
+
+Everything printed is deterministic (no wall clock); tests/bench/test_fidelity_pins.py pins Table 1.
+
+Run: .venv/bin/python -P benchmarks/bench_fidelity.py [--fit] [--bench DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from sim.bench.fit import FitResult, fit_members, grid_table  # noqa: E402
+from sim.bench.lambda_set import (  # noqa: E402
+    LAMBDA_GRID,
+    LAMBDA_STACK,
+    group_of,
+    lambda_scenario,
+    load_set,
+    replay_set,
+)
+from sim.bench.published_set import (  # noqa: E402
+    PUBLISHED_GRID,
+    published_runs,
+    published_scenario,
+    replay_published,
+    throughput_ratios,
+)
+from sim.bench.replay import MAPE_METRICS  # noqa: E402
+from sim.bench.table import many_files_table, median_abs_errors  # noqa: E402
+
+DEFAULT_BENCH = REPO.parent / "shared" / "bench" / "vllm_bench"
+PUBLISHED_METRICS = ("request_throughput", "mean_ttft_ms", "mean_tpot_ms")
+
+
+def _medians_line(label: str, results: list) -> str:
+    medians = median_abs_errors(results)
+    cells = "  ".join(f"{metric} {medians[metric]:5.1f} %" for metric in MAPE_METRICS)
+    return f"{label:<22} n={len(results):<3} {cells}"
+
+
+def shipped_table(folder: Path) -> None:
+    """Table 1: the shipped terms on every file, and median |error| per group."""
+    files = load_set(folder)
+    results = replay_set(files)
+    print("Table 1: shipped server terms, kvsim bench replay on", folder)
+    print(many_files_table(results))
+    groups: dict[str, list] = {}
+    for bench, result in zip(files, results, strict=True):
+        groups.setdefault(group_of(bench), []).append(result)
+    for label, members in sorted(groups.items()):
+        print(_medians_line(label, members))
+    print(_medians_line("all", results))
+
+
+def published_table(csv_path: Path, folder: Path) -> None:
+    """Table 2: the gpustack rows with the shipped vllm-v1 terms, medians, and H100/A100 ratios."""
+    runs = published_runs(csv_path, folder)
+    results = replay_published(runs)
+    print(f"Table 2: shipped server terms, published gpustack points ({csv_path.name}, vLLM v0.11)")
+    print(f"{'row':<16} " + " ".join(f"{m:>20}" for m in PUBLISHED_METRICS))
+    for (row, _run), result in zip(runs, results, strict=True):
+        print(f"{row['id']:<16} " + " ".join(f"{result.error_pct(m):>+19.1f}%" for m in PUBLISHED_METRICS))
+    medians = median_abs_errors(results)
+    print(f"{'median |error|':<16} " + " ".join(f"{medians[m]:>19.1f}%" for m in PUBLISHED_METRICS))
+    print(f"{'pair (H100/A100 req/s)':<44} {'measured':>9} {'simulated':>10} {'error':>8}")
+    for label, measured, simulated in throughput_ratios(runs, results):
+        print(f"{label:<44} {measured:>9.2f} {simulated:>10.2f} {100 * (simulated / measured - 1):>+7.1f}%")
+
+
+def refit_published(csv_path: Path, folder: Path) -> None:
+    """--fit: the vllm-v1 terms per GPU on the published rows (PUBLISHED_GRID), with leave-one-out."""
+    runs = published_runs(csv_path, folder)
+    rows = {run.name: row for row, run in runs}
+    files = [run for _row, run in runs]
+    table = grid_table(files, lambda run: published_scenario(rows[run.name]), grid=PUBLISHED_GRID)
+    for gpu in ("A100", "H100"):
+        members = [i for i, run in enumerate(files) if gpu in rows[run.name]["gpus"]]
+        _print_fit(f"vllm-v1 {gpu} (published)", fit_members(table, members))
+
+
+def _print_fit(label: str, result: FitResult) -> None:
+    """The fitted terms, then in-sample and leave-one-file-out median |error| per metric."""
+    errors = result.error_table()
+    print(f"{label}: {result.terms.values()}")
+    for metric in (*MAPE_METRICS, "median_file_mape"):
+        inside, held = errors["in_sample"][metric], errors["leave_one_out"][metric]
+        print(f"    {metric:<20} {inside:6.1f} {held:6.1f}" if math.isfinite(held) else f"    {metric:<20} -")
+
+
+def refit(folder: Path) -> None:
+    """--fit: one grid over all files, then a fit (and leave-one-file-out) per GPU and run group."""
+    files = load_set(folder)
+    done = {"n": 0}
+
+    def progress(count: int, total: int) -> None:
+        if count * 10 // total != done["n"]:
+            done["n"] = count * 10 // total
+            print(f"  grid {count}/{total}", file=sys.stderr, flush=True)
+
+    table = grid_table(files, lambda_scenario, stack=LAMBDA_STACK, grid=LAMBDA_GRID, progress=progress)
+    groups: dict[str, list[int]] = {}
+    for index, bench in enumerate(files):
+        groups.setdefault(group_of(bench), []).append(index)
+        groups.setdefault(f"{group_of(bench).split()[0]} all", []).append(index)  # the GPU's files
+    print("Fitted server terms per group (in sample / leave-one-file-out median |error|, %):")
+    for label, members in sorted(groups.items()):
+        result = fit_members(table, members)
+        errors = result.error_table()
+        print(f"{label}: {result.terms.values()}")
+        for metric in (*MAPE_METRICS, "median_file_mape"):
+            inside, held = errors["in_sample"][metric], errors["leave_one_out"][metric]
+            print(
+                f"    {metric:<20} {inside:6.1f} {held:6.1f}"
+                if math.isfinite(held)
+                else f"    {metric:<20} -"
+            )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--bench", type=Path, default=DEFAULT_BENCH, help="vllm_bench folder")
+    parser.add_argument("--fit", action="store_true", help="refit the shipped terms (slow)")
+    args = parser.parse_args()
+    if not args.bench.is_dir():
+        print(f"error: {args.bench}: not a folder (the shared bench data)", file=sys.stderr)
+        sys.exit(2)
+    published = args.bench.parent / "published.csv"
+    if args.fit:
+        refit(args.bench)
+        refit_published(published, args.bench)
+    shipped_table(args.bench)
+    published_table(published, args.bench)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,346 @@
+"""Server-level terms that lie between the operator model and what a client measures.
+
+Why they exist: the operator fits (sim/cost/fit.py) are within 10 % on measured GEMM files, yet a
+whole server replayed against measured `vllm bench serve` runs was off by 16-44 % (issue 21). What
+is missing is not one operator but the server around them, and it is modelled with four
+interpretable coefficients, each with bounds and a physical meaning, plus three serving-stack
+switches (`stack_settings`, `frontend_blocks_engine`):
+
+- `frontend_s`: time a request spends outside the engine as seen by the client: HTTP, the API
+  server's tokenisation and request set-up before the engine sees it, and streaming the first chunk
+  back. In vLLM v1 this is the API-server process of the API-server/engine-core split
+  (vllm/v1/engine/async_llm.py `AsyncLLM.generate` -> `EngineCoreClient`, output processing in
+  vllm/v1/engine/output_processor.py); in v0.5 `AsyncLLMEngine` in the same process. It adds to TTFT
+  and end-to-end latency; in a closed loop (max_concurrency) it is also the gap between a response
+  and the next request reaching the engine. Bounds [0, 0.5] s.
+- `frontend_service_s`: the part of the front end's work that is serial: one API-server event loop
+  tokenises and sets up requests one after another (vllm/entrypoints/openai/serving_completion.py
+  in v0.5; the API-server process of v1), so a burst reaches the engine at most one request per
+  `frontend_service_s` (a FIFO single server in front of the engine; `frontend_queue_s`). Bounds
+  [0, 0.05] s.
+- `flops_efficiency_scale`: the FLOP rate achieved inside a served step over the operator fit's
+  (prefill GEMMs and attention): sampling, CUDA-graph padding, kernels at serving shapes and the
+  clocks a loaded server sustains. It multiplies the effective FLOP/s. Bounds [0.25, 1.25].
+- `overhead_scale`: the per-step CPU work actually exposed (scheduler, input preparation,
+  detokenisation of every sequence's new token, output processing) over the engine preset's
+  measured overhead (sim/cost/overhead.py). It multiplies both the per-step and per-sequence terms.
+  Bounds [0, 4].
+
+`ServerTerms.neutral()` changes nothing (the paper default and every run without a bench profile
+keep their results). `kvsim bench replay` uses `shipped_terms(engine, gpu)` unless given
+`--calibration PROFILE.json`; `kvsim bench fit` writes such a profile (`profile_document`), and
+`--calibration` applies it to run, compare, sweep and capacity too (docs/cost_model.md "Whole server").
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from sim.errors import ScenarioError
+
+PROFILE_KIND = "kvsim-bench-profile"
+PROFILE_SCHEMA = 1
+
+# (low, high) of each coefficient: the fit may not leave them, a profile outside them is refused.
+BOUNDS: dict[str, tuple[float, float]] = {
+    "frontend_s": (0.0, 0.5),
+    "frontend_service_s": (0.0, 0.05),
+    "flops_efficiency_scale": (0.25, 1.25),
+    "overhead_scale": (0.0, 4.0),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ServerTerms:
+    """The server-level coefficients (see the module docstring); `source` says where they come from."""
+
+    frontend_s: float = 0.0
+    frontend_service_s: float = 0.0
+    flops_efficiency_scale: float = 1.0
+    overhead_scale: float = 1.0
+    # The serving stack (not fitted; None: the engine preset's own, see `stack_settings`):
+    custom_all_reduce: bool | None = None  # vLLM's custom all-reduce on NVLink (else NCCL)
+    ray_workers: bool | None = None  # TP workers driven over Ray (the v0 preset's measured overhead)
+    frontend_in_engine_process: bool | None = None  # the front end shares the engine's event loop (v0)
+    source: str = "neutral"
+
+    @classmethod
+    def neutral(cls) -> ServerTerms:
+        """Terms that change nothing: the operator model alone."""
+        return cls()
+
+    def stack_settings(self, engine_stack: Mapping[str, bool]) -> tuple[bool, bool]:
+        """(custom all-reduce, Ray workers): the explicit settings, else the engine's own.
+
+        `engine_stack` is the engine policy's `serving_stack` (sim/engines/: vllm-v1 uses vLLM's
+        custom all-reduce on NVLink and multiprocess workers without Ray; vllm-v0 the paper-era NCCL
+        all-reduce and Ray workers, whose cost the preset's measured overhead includes).
+        """
+        custom = (
+            engine_stack["custom_all_reduce"] if self.custom_all_reduce is None else self.custom_all_reduce
+        )
+        ray = engine_stack["ray_workers"] if self.ray_workers is None else self.ray_workers
+        return bool(custom), bool(ray)
+
+    def frontend_blocks_engine(self, engine_stack: Mapping[str, bool]) -> bool:
+        """Whether the front end's serial work holds the engine back: the explicit setting, else the
+        engine's own `frontend_in_engine_process` (vLLM v0's `AsyncLLMEngine` runs its engine loop in
+        the API server's event loop, vllm/engine/async_llm_engine.py `run_engine_loop`; v1 moves the
+        engine core to its own process, vllm/v1/engine/core_client.py)."""
+        if self.frontend_in_engine_process is not None:
+            return self.frontend_in_engine_process
+        return bool(engine_stack["frontend_in_engine_process"])
+
+    def stack(self) -> dict[str, bool | None]:
+        """The stack settings as given (None: the engine preset's)."""
+        return {
+            "custom_all_reduce": self.custom_all_reduce,
+            "ray_workers": self.ray_workers,
+            "frontend_in_engine_process": self.frontend_in_engine_process,
+        }
+
+    def values(self) -> dict[str, float]:
+        """The fitted numbers alone, keyed as in BOUNDS."""
+        return {name: float(getattr(self, name)) for name in BOUNDS}
+
+    def describe(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def check_terms(values: dict[str, Any], where: str) -> dict[str, float]:
+    """Each coefficient present, a finite number, inside its bounds; ScenarioError naming it otherwise."""
+    checked: dict[str, float] = {}
+    for name, (low, high) in BOUNDS.items():
+        value = values.get(name)
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+            raise ScenarioError(
+                f"{where}: field '{name}': expected a number in [{low}, {high}] (got {value!r})"
+            )
+        if not low <= value <= high:
+            raise ScenarioError(f"{where}: field '{name}': {value} is outside its bounds [{low}, {high}]")
+        checked[name] = float(value)
+    return checked
+
+
+# Shipped defaults, per engine preset and GPU preset, fitted with `kvsim bench fit`'s grid
+# (benchmarks/bench_fidelity.py --fit prints every number here and its leave-one-file-out error):
+# - vllm-v0: the "later script" runs of ../shared/bench/vllm_bench (LambdaLabsML/vllm-benchmark,
+#   vLLM 0.5.4 with --gpu-memory-utilization 0.95 --max-num-seqs 1024, the configuration whose flags
+#   are recorded; sim/bench/lambda_set.py), 7 files per GPU, with vLLM 0.5.4's stack (custom
+#   all-reduce, multiprocess workers, front end in the engine's event loop). H100's FLOP scale sits at
+#   the bound: most H100 files serve FP8 models, whose FP8 GEMMs this model does not speed up.
+# - vllm-v1: the gpustack rows of ../shared/bench/published.csv (vLLM 0.11, `vllm serve` defaults;
+#   sim/bench/published_set.py), H100 fitted on its 14 rows; the front end is the API server's
+#   (CPU), so the A100 keeps the H100 fit's two front-end terms (the A100 rows have no low-load run
+#   to identify them) and fits only its FLOP scale (1.0 over 0.45-1.0).
+# Other engine/GPU pairs get neutral terms (the operator model alone).
+_V0_STACK: dict[str, Any] = {
+    "custom_all_reduce": True,
+    "ray_workers": False,
+    "frontend_in_engine_process": True,
+}
+SHIPPED_TERMS: dict[tuple[str, str], dict[str, Any]] = {
+    ("vllm-v0", "A100-80GB"): {
+        "frontend_s": 0.23,
+        "frontend_service_s": 0.003,
+        "flops_efficiency_scale": 1.0,
+        "overhead_scale": 0.3,
+        **_V0_STACK,
+    },
+    ("vllm-v0", "H100-80GB"): {
+        "frontend_s": 0.179,
+        "frontend_service_s": 0.002,
+        "flops_efficiency_scale": 1.25,
+        "overhead_scale": 0.3,
+        **_V0_STACK,
+    },
+    ("vllm-v1", "A100-80GB"): {
+        "frontend_s": 0.042,
+        "frontend_service_s": 0.02,
+        "flops_efficiency_scale": 1.0,
+        "overhead_scale": 1.0,
+    },
+    ("vllm-v1", "H100-80GB"): {
+        "frontend_s": 0.042,
+        "frontend_service_s": 0.02,
+        "flops_efficiency_scale": 0.45,
+        "overhead_scale": 1.0,
+    },
+}
+
+
+def shipped_terms(engine: str, gpu: str) -> ServerTerms:
+    """The shipped server terms for an engine preset on a GPU preset (neutral when none are shipped)."""
+    entry = SHIPPED_TERMS.get((engine, gpu))
+    if entry is None:
+        return ServerTerms.neutral()
+    return ServerTerms(**entry, source=f"shipped {engine} {gpu} (sim/cost/server.py)")
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Profiles written by `kvsim bench fit`
+
+
+def is_bench_profile(path: str | None) -> bool:
+    """Whether a `--calibration` file is a bench profile (a JSON whose "kind" is PROFILE_KIND)."""
+    if path is None or not str(path).lower().endswith(".json"):
+        return False
+    try:
+        stamp = Path(path).stat().st_mtime_ns
+    except OSError:
+        return False
+    return _profile_kind(str(Path(path).resolve()), stamp) == PROFILE_KIND
+
+
+@lru_cache(maxsize=32)
+def _profile_kind(path: str, stamp_ns: int) -> str | None:
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+    return data.get("kind") if isinstance(data, dict) else None
+
+
+def load_profile_terms(path: str | Path) -> ServerTerms:
+    """The terms a bench profile holds; ScenarioError (one line naming the file and field) if bad."""
+    where = str(path)
+    try:
+        data = json.loads(Path(path).read_text())
+    except OSError as exc:
+        raise ScenarioError(f"field 'calibration': {where}: cannot read ({exc.strerror})") from None
+    except ValueError as exc:
+        raise ScenarioError(f"field 'calibration': {where}: not JSON ({exc})") from None
+    if not isinstance(data, dict) or data.get("kind") != PROFILE_KIND:
+        raise ScenarioError(f"field 'calibration': {where}: field 'kind': expected {PROFILE_KIND!r}")
+    if data.get("schema") != PROFILE_SCHEMA:
+        raise ScenarioError(f"field 'calibration': {where}: field 'schema': expected {PROFILE_SCHEMA}")
+    terms = data.get("terms")
+    if not isinstance(terms, dict):
+        raise ScenarioError(f"field 'calibration': {where}: field 'terms': expected an object")
+    values = check_terms(terms, f"field 'calibration': {where}")
+    stack = data.get("stack", {})
+    for name in ServerTerms().stack():
+        if not isinstance(stack, dict) or not isinstance(stack.get(name), bool | None):
+            raise ScenarioError(
+                f"field 'calibration': {where}: field 'stack.{name}': expected true, false or null"
+            )
+    return ServerTerms(**values, **stack, source=f"bench profile {Path(path).name}")
+
+
+def scenario_terms(scenario: Any) -> ServerTerms:
+    """The server terms a scenario asks for: its `--calibration` bench profile, else neutral."""
+    path = getattr(scenario, "calibration", None)
+    if path is not None and is_bench_profile(path):
+        return load_profile_terms(path)
+    return ServerTerms.neutral()
+
+
+def profile_document(
+    terms: ServerTerms, fitted_on: list[dict[str, Any]], report: dict[str, Any]
+) -> dict[str, Any]:
+    """The JSON a bench fit writes: kind, schema, terms, bounds, the files it was fitted on and errors."""
+    return {
+        "kind": PROFILE_KIND,
+        "schema": PROFILE_SCHEMA,
+        "terms": terms.values(),
+        "stack": terms.stack(),
+        "bounds": {name: list(bounds) for name, bounds in BOUNDS.items()},
+        "fitted_on": fitted_on,
+        "errors": report,
+    }
+
+
+__all__ = [
+    "BOUNDS",
+    "PROFILE_KIND",
+    "ServerTerms",
+    "add_frontend_latency",
+    "check_terms",
+    "frontend_queue_s",
+    "is_bench_profile",
+    "load_profile_terms",
+    "profile_document",
+    "scenario_terms",
+    "shipped_terms",
+]
+
+
+def frontend_queue_s(send_s: np.ndarray, service_s: float) -> np.ndarray:
+    """When each request (in send order) leaves a FIFO single server of `service_s` per request.
+
+    leave[i] = max(send[i], leave[i-1]) + s, in closed form: (i+1) s + max over j <= i of (send[j] - j s),
+    a running maximum (no Python loop over requests). `service_s` 0 returns the send times.
+    """
+    send = np.asarray(send_s, dtype=np.float64)
+    if service_s == 0.0 or send.size == 0:
+        return send.copy()
+    index = np.arange(send.size, dtype=np.float64)
+    return (index + 1.0) * service_s + np.maximum.accumulate(send - index * service_s)
+
+
+def add_frontend_latency(requests: Any, frontend_s: float, queued_s: np.ndarray | None = None) -> None:
+    """Add the front end's time to the client-seen TTFT and E2E columns, in place.
+
+    `frontend_s` is added to every request; `queued_s` (per request, in request_id order) is the time
+    each one spent in the front end's serial queue before the engine saw it (`frontend_queue_s` minus
+    the send time). Why after the engine: the front end delays what the client sees, and the engine
+    only sees the later arrival; TPOT and ITL (gaps after the first token) are unchanged.
+    Server-side timestamps (`arrival_s`, `first_token_s`, `finish_s`) stay the engine's.
+    """
+    if frontend_s == 0.0 and queued_s is None:
+        return
+    added_ms = np.full(len(requests), frontend_s * 1e3)
+    if queued_s is not None:
+        added_ms = added_ms + np.asarray(queued_s, dtype=np.float64)[requests["request_id"].to_numpy()] * 1e3
+    for column in ("ttft_ms", "e2el_ms"):
+        if column in requests.columns:
+            requests[column] = requests[column].to_numpy(np.float64) + added_ms
+
+
+def busy_period_ends_s(send_s: np.ndarray, leave_s: np.ndarray) -> np.ndarray:
+    """For each request, when the front end's busy period that served it ends.
+
+    A busy period ends at leave[j] when the next request arrives later (send[j+1] > leave[j]) or j is
+    the last; request i's period ends at the first such j >= i (a reversed running minimum).
+    """
+    ends = np.full(leave_s.size, np.inf)
+    idle_after = np.append(send_s[1:] > leave_s[:-1], True)
+    ends[idle_after] = leave_s[idle_after]
+    return np.minimum.accumulate(ends[::-1])[::-1]
+
+
+def frontend_arrivals(
+    requests: Any, service_s: float, blocking: bool = False
+) -> tuple[Any, np.ndarray | None]:
+    """The request table as the engine sees it behind the front end's serial queue, and each
+    request's time in that queue (indexed by request_id); (the table, None) when nothing changes.
+
+    Pipelined (v1, `blocking` False): a request reaches the engine when the front end is done with
+    it (`frontend_queue_s`). In the engine's process (v0, `blocking` True): the event loop handles
+    every pending request before the engine loop runs again, so the requests of one busy period all
+    reach the engine when it ends (`busy_period_ends_s`): a burst of 320 requests at 3 ms each starts
+    its first prefill ~1 s late, as measured (../shared/bench/vllm_bench: the first TTFTs of a burst
+    are ~1 s). The engine's steps during a busy period are not slowed (an approximation).
+    A closed loop's arrivals are made by the engine's own arrival source, so it is left as is
+    (`kvsim bench replay` adds the front end to its think time instead).
+    """
+    if service_s == 0.0 or requests.attrs.get("closed_loop") is not None or len(requests) == 0:
+        return requests, None
+    send = requests["arrival_s"].to_numpy(np.float64)
+    leave = frontend_queue_s(send, service_s)
+    if blocking:
+        leave = busy_period_ends_s(send, leave)
+    ids = requests["request_id"].to_numpy()
+    queued = np.zeros(int(ids.max()) + 1)
+    queued[ids] = leave - send
+    engine_view = requests.copy()
+    engine_view["arrival_s"] = leave
+    return engine_view, queued

@@ -1,0 +1,103 @@
+"""Quantized weights: what an FP8 checkpoint changes in a model's description.
+
+Why a separate step: a checkpoint's `quantization_config` (or vLLM's `--quantization fp8`) stores
+the linear layers' weights in 1 byte instead of 2, while embeddings, the LM head and norms stay in
+the model dtype (vLLM `vllm/model_executor/layers/quantization/fp8.py` `Fp8LinearMethod` applies to
+`LinearBase` layers only; neuralmagic / RedHatAI "FP8-dynamic" checkpoints quantize every Linear but
+`lm_head`). So weight memory, and the weight bytes every step reads, shrink to about half; the KV
+cache keeps its own dtype (`--kv-cache-dtype`). The GEMM FLOP rate is left at the BF16 fit (A100 has
+no FP8 tensor cores and runs FP8 weights through the W8A16 Marlin kernel; H100 FP8 GEMMs are faster,
+which this conservative model does not claim).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sim.errors import ScenarioError
+from sim.scenario.presets import ModelSpec
+
+# vLLM --quantization names read here -> bytes per linear-layer weight.
+QUANTIZATION_BYTES: dict[str, int] = {"fp8": 1}
+
+
+def embedding_params(model: ModelSpec, tied: bool = False) -> int:
+    """Embedding and LM-head parameters (kept in the model dtype); 0 when the vocabulary is unknown."""
+    if model.vocab_size is None:
+        return 0
+    return model.vocab_size * model.hidden_size * (1 if tied else 2)
+
+
+def quantized_model(model: ModelSpec, quantization: str | None) -> ModelSpec:
+    """`model` with its linear layers stored at `quantization` (None: unchanged).
+
+    Weight bytes = linear params x quantized bytes + (embeddings + norms) x dtype bytes. Norms are
+    2 x hidden per layer plus the final one (a fraction of a per mille). A model without a known
+    vocabulary counts all parameters as linear (embeddings are < 10 % of any preset's weights).
+    """
+    if quantization is None or quantization == "none":
+        return model
+    name = quantization.strip().lower()
+    if name not in QUANTIZATION_BYTES:
+        known = ", ".join(QUANTIZATION_BYTES)
+        raise ScenarioError(
+            f"argument 'quantization': unknown method {quantization!r} (known: {known}, none)"
+        )
+    kept = embedding_params(model) + (2 * model.num_layers + 1) * model.hidden_size
+    linear = max(0, model.num_params - kept)
+    weight_bytes = linear * QUANTIZATION_BYTES[name] + kept * model.dtype_bytes
+    return model.model_copy(update={"checkpoint_bytes": weight_bytes, "name": f"{model.name}-{name.upper()}"})
+
+
+# quantization_config.quant_method values that store linear weights in 8-bit floats (vLLM's
+# vllm/model_executor/layers/quantization/: `fp8` Fp8Config, `fbgemm_fp8` FBGEMMFp8Config, and
+# `compressed-tensors` with float 8-bit weights, the RedHatAI / neuralmagic "FP8-dynamic" checkpoints).
+_FP8_METHODS = ("fp8", "fbgemm_fp8")
+
+
+def config_quantization(data: dict[str, Any], where: str) -> str | None:
+    """The --quantization a config.json's `quantization_config` implies: "fp8", or None when absent.
+
+    Any other method (int4 AWQ/GPTQ, MXFP4 outside the presets, ...) is refused with one line rather
+    than read as BF16 weights, which would overstate weight memory by 2-4x.
+    """
+    config = data.get("quantization_config")
+    if config is None:
+        return None
+    if not isinstance(config, dict):
+        raise ScenarioError(f"{where}: field 'quantization_config': must be an object")
+    method = str(config.get("quant_method", "")).lower()
+    if method in _FP8_METHODS:
+        return "fp8"
+    if method == "compressed-tensors":
+        groups = config.get("config_groups") or {}
+        weights = [group.get("weights") or {} for group in groups.values() if isinstance(group, dict)]
+        if weights and all(w.get("num_bits") == 8 and w.get("type") == "float" for w in weights):
+            return "fp8"
+    raise ScenarioError(
+        f"{where}: field 'quantization_config.quant_method': {method or 'missing'!r} is not modelled "
+        "(known: fp8, fbgemm_fp8, compressed-tensors with 8-bit float weights)"
+    )
+
+
+def model_spec_of(model: Any) -> ModelSpec:
+    """The ModelSpec a --model value names: a spec, a config.json path or a preset name."""
+    from sim.scenario.hf_config import looks_like_config_path, model_spec_from_file
+    from sim.scenario.presets import model_preset
+
+    if isinstance(model, ModelSpec):
+        return model
+    if looks_like_config_path(str(model)):
+        return model_spec_from_file(str(model))
+    try:
+        return model_preset(str(model))
+    except (KeyError, ValueError):
+        raise ScenarioError(f"field 'model': unknown preset {model!r} (kvsim presets)") from None
+
+
+def quantized_flag_model(model: Any, quantization: str) -> ModelSpec:
+    """`--quantization Q` with `--model M`: M's spec with its weights at Q, before the scenario checks
+    that they fit (a 70B model fits two 80 GB GPUs only in FP8)."""
+    if model is None:
+        raise ScenarioError("--quantization: give --model too (the weights it quantizes)")
+    return quantized_model(model_spec_of(model), quantization)

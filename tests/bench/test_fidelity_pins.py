@@ -1,0 +1,100 @@
+"""Regression guard for issue 21's fidelity figures (benchmarks/bench_fidelity.py).
+
+The figures are deterministic (seeded, no wall clock), so they are pinned: a change to the cost
+model, the engine, the replay or the shipped server terms (sim/cost/server.py SHIPPED_TERMS) that
+moves them fails here. If a change is meant to move them, rerun `benchmarks/bench_fidelity.py`,
+update docs/cost_model.md "Whole server" and these numbers together. Skipped without ../shared/bench.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sim.bench.lambda_set import load_set, replay_set
+from sim.bench.published_set import published_runs, replay_published, throughput_ratios
+from sim.bench.table import median_abs_errors
+
+SHARED_BENCH = Path(__file__).resolve().parents[2].parent / "shared" / "bench"
+pytestmark = pytest.mark.skipif(
+    not (SHARED_BENCH / "vllm_bench").is_dir(), reason="shared bench files not found"
+)
+TOLERANCE_PCT = 0.01  # points of percent: the figures are printed with two decimals
+
+# Table 1: each file's MAPE (%), shipped terms.
+LAMBDA_FILE_MAPE = {
+    "1xA100-80GB-SXM/Meta-Llama-3-8B-Instruct_tp1_len2000.json": 11.27,
+    "1xA100-80GB-SXM/Meta-Llama-3.1-8B-FP8_tp1_len2000.json": 8.06,
+    "1xA100-80GB-SXM/Meta-Llama-3.1-8B-FP8_tp1_len64000.json": 47.66,
+    "1xA100-80GB-SXM/Mistral-7B-Instruct-v0.3_tp1_len2000.json": 4.57,
+    "1xH100-80GB-SXM/Meta-Llama-3-8B-Instruct_tp1_len2048.json": 3.98,
+    "1xH100-80GB-SXM/Meta-Llama-3.1-8B-FP8_tp1_len16000.json": 46.71,
+    "1xH100-80GB-SXM/Meta-Llama-3.1-8B-FP8_tp1_len2048.json": 10.19,
+    "1xH100-80GB-SXM/Meta-Llama-3.1-8B-FP8_tp1_len8000.json": 42.67,
+    "1xH100-80GB-SXM/Mistral-7B-Instruct-v0.3_tp1_len16000.json": 44.32,
+    "1xH100-80GB-SXM/Mistral-7B-Instruct-v0.3_tp1_len2000.json": 45.39,
+    "1xH100-80GB-SXM/Mistral-7B-Instruct-v0.3_tp1_len2048.json": 6.60,
+    "2xA100-80GB-SXM/Meta-Llama-3-8B-Instruct_tp2_len2000.json": 3.68,
+    "2xA100-80GB-SXM/Meta-Llama-3.1-70B-Instruct-FP8_tp2_len128000.json": 25.44,
+    "2xA100-80GB-SXM/Meta-Llama-3.1-70B-Instruct-FP8_tp2_len2000.json": 16.08,
+    "2xA100-80GB-SXM/Meta-Llama-3.1-70B-Instruct-FP8_tp2_len32000.json": 25.23,
+    "2xA100-80GB-SXM/Meta-Llama-3.1-8B-FP8_tp2_len128000.json": 68.70,
+    "2xA100-80GB-SXM/Meta-Llama-3.1-8B-FP8_tp2_len16000.json": 56.15,
+    "2xA100-80GB-SXM/Meta-Llama-3.1-8B-FP8_tp2_len2000.json": 8.80,
+    "2xA100-80GB-SXM/Mistral-7B-Instruct-v0.3_tp2_len2000.json": 0.80,
+    "2xH100-80GB-SXM/Meta-Llama-3-8B-Instruct_tp2_len2048.json": 5.77,
+    "2xH100-80GB-SXM/Meta-Llama-3.1-70B-Instruct-FP8_tp2_len2048.json": 5.98,
+    "2xH100-80GB-SXM/Meta-Llama-3.1-70B-Instruct-FP8_tp2_len64000.json": 21.13,
+    "2xH100-80GB-SXM/Meta-Llama-3.1-70B-Instruct-FP8_tp2_len8000.json": 15.56,
+    "2xH100-80GB-SXM/Meta-Llama-3.1-8B-FP8_tp2_len2048.json": 2.37,
+    "2xH100-80GB-SXM/Meta-Llama-3.1-8B-FP8_tp2_len4000.json": 55.41,
+    "2xH100-80GB-SXM/Mistral-7B-Instruct-v0.3_tp2_len2048.json": 7.62,
+    "2xH100-80GB-SXM/Mistral-7B-Instruct-v0.3_tp2_len8000.json": 53.71,
+}
+# Table 1: median |error| (%) over the 27 files.
+LAMBDA_MEDIANS = {
+    "mean_ttft_ms": 8.88,
+    "mean_tpot_ms": 20.22,
+    "mean_e2el_ms": 8.37,
+    "request_throughput": 15.39,
+}
+# Table 2 (a subset that runs in seconds): (req/s, mean TTFT, mean TPOT) signed % error.
+PUBLISHED = {
+    "q8-h100-sg-c1": (4.03, 1.43, -4.72),
+    "q8-h100-sg-c8": (3.67, -6.00, -2.31),
+    "q14-h100-sg": (26.11, -47.27, 14.15),
+    "q14-a100-sg": (30.82, -37.37, -9.98),
+}
+# H100/A100 request-throughput ratio of the pair above: (label, measured, simulated).
+RATIOS = [("Qwen3-14B ShareGPT_V3 (vllm bench / benchmark_serving)", 1.682, 1.621)]
+
+
+def test_lambda_set_figures_are_pinned() -> None:
+    results = replay_set(load_set(SHARED_BENCH / "vllm_bench"))
+    assert {r.name: r.mape_pct() for r in results} == pytest.approx(LAMBDA_FILE_MAPE, abs=TOLERANCE_PCT)
+    assert median_abs_errors(results) == pytest.approx(LAMBDA_MEDIANS, abs=TOLERANCE_PCT)
+
+
+def test_published_subset_figures_are_pinned() -> None:
+    runs = [
+        (row, run)
+        for row, run in published_runs(SHARED_BENCH / "published.csv", SHARED_BENCH / "vllm_bench")
+        if row["id"] in PUBLISHED
+    ]
+    results = replay_published(runs)
+    for (row, _run), result in zip(runs, results, strict=True):
+        errors = tuple(result.error_pct(m) for m in ("request_throughput", "mean_ttft_ms", "mean_tpot_ms"))
+        assert errors == pytest.approx(PUBLISHED[row["id"]], abs=TOLERANCE_PCT), row["id"]
+    ratios = [(label, round(m, 3), round(s, 3)) for label, m, s in throughput_ratios(runs, results)]
+    assert ratios == RATIOS
+
+
+def test_the_cli_prints_table_1s_row(capsys: pytest.CaptureFixture[str]) -> None:
+    """`kvsim bench replay` on a shared file, with the flags of its run group, gives Table 1's figure."""
+    from sim.cli import main
+
+    name = "1xH100-80GB-SXM/Meta-Llama-3-8B-Instruct_tp1_len2048.json"
+    flags = ["--engine", "vllm-v0", "--max-num-seqs", "1024", "--gpu-memory-utilization", "0.95"]
+    main(["bench", "replay", str(SHARED_BENCH / "vllm_bench" / name), *flags])
+    assert capsys.readouterr().out.strip().splitlines()[-1] == f"MAPE {LAMBDA_FILE_MAPE[name]:.1f} %"
