@@ -86,6 +86,17 @@ def _show_progress(quiet: bool) -> bool:
     return not quiet and sys.stderr.isatty()
 
 
+def say_clock(summary: dict[str, Any]) -> None:
+    """One line above the results: which clock the workload ran on and how many rows it replayed.
+
+    Why: a trace replayed at another rate or cut short answers another question (issue 20 §3), so the
+    table says what was replayed. Printed after the run, so a bad scenario still gets one error line.
+    """
+    clock = summary.get("workload", {}).get("clock")
+    if clock is not None:
+        typer.echo(clock["line"])
+
+
 QuietOpt = Annotated[bool, typer.Option("--quiet", help="No progress bar.")]
 
 
@@ -110,6 +121,7 @@ def register(app: typer.Typer) -> None:
             output = Path("results") / plain_name(scenario.name, what="scenario name")
         target = check_run_dir(output)
         run = simulate(scenario, progress=_show_progress(quiet))
+        say_clock(run.summary)
         target = write_run(run, target)
         label = run.allocator
         rows = [[name, summary_cell(run.metrics, key, spec)] for name, key, spec in SUMMARY_ROWS]
@@ -151,6 +163,7 @@ def register(app: typer.Typer) -> None:
             label = scenario.with_overrides(allocator=allocator_name).allocator.label
             check_run_dir(output / run_label(label))
         runs = compare(scenario, names, progress=_show_progress(quiet))
+        say_clock(next(iter(runs.values())).summary)  # one table for every allocator: one clock
         ensure_folder(output, "compare", what="compare folder")
         written = [write_run(run, output / run_label(label)) for label, run in runs.items()]
         labels = list(runs)
