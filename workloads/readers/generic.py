@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from workloads.errors import WorkloadError
+from workloads.readers import arrow
 from workloads.readers.common import (
     TraceRead,
     csv_rows,
@@ -82,6 +83,76 @@ def _build(
     return finish(
         pd.DataFrame(table), checks, line_numbers, file, names, on_bad_row, {"format": fmt}, skipped
     )
+
+
+def _kept(have: list[str] | set[str], names: dict[str, str]) -> list[str]:
+    """Our columns that the file has, in the table's order (the line-level `_build` order)."""
+    return [ours for ours in (*OPTIONAL[:1], *REQUIRED, *OPTIONAL[1:]) if names.get(ours, ours) in have]
+
+
+def _fast_csv(path: str, head: bytes, file: str, fmt: str, names: dict[str, str]) -> TraceRead | None:
+    import pyarrow as pa
+
+    header = arrow.csv_header(head)
+    needed = [names.get(ours, ours) for ours in REQUIRED]
+    if header is None or not set(needed) <= set(header):
+        return None
+    kept = _kept(header, names)
+    columns = arrow.read_csv_columns(path, {names.get(ours, ours): pa.float64() for ours in kept})
+    if columns is None:
+        return None
+    table = pd.DataFrame({ours: columns[names.get(ours, ours)] for ours in kept}, copy=False)
+    return arrow.accept(table, file, names, {"format": fmt}, first_line=2)
+
+
+def read_csv_fast(path: str, head: bytes, file: str) -> TraceRead | None:
+    """The Arrow reader of a generic CSV (`workloads.readers.arrow`): the same table if clean, else None."""
+    return _fast_csv(path, head, file, "csv", {})
+
+
+def read_lengths_fast(path: str, head: bytes, file: str) -> TraceRead | None:
+    """The Arrow reader of a lengths CSV: the same table if clean, else None."""
+    return _fast_csv(path, head, file, "sharegpt-lengths", LENGTH_COLUMNS)
+
+
+def read_jsonl_fast(path: str, head: bytes, file: str) -> TraceRead | None:
+    """The Arrow reader of generic JSON lines: the first object's keys, as the line-level reader takes."""
+    import json
+
+    import pyarrow as pa
+
+    first = next((line for line in head.decode("utf-8", errors="replace").splitlines() if line.strip()), "")
+    try:
+        record = json.loads(first)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(record, dict) or not sniff_generic(record):
+        return None
+    kept = _kept(list(record), {})
+    read = arrow.read_json_columns(path, {key: pa.float64() for key in kept})
+    if read is None:
+        return None
+    return arrow.accept(pd.DataFrame(read[0], copy=False), file, {}, {"format": "jsonl"}, first_line=1)
+
+
+def read_parquet_fast(path: str, head: bytes, file: str) -> TraceRead | None:
+    """Parquet read with only our columns (the line-level reader loads every column of the file)."""
+    import pyarrow.parquet as pq
+
+    try:
+        have = pq.read_schema(path).names
+        kept = _kept(have, {})
+        if not set(REQUIRED) <= set(have) or len(set(have)) != len(have):
+            return None
+        frame = pq.read_table(path, columns=kept).to_pandas()
+    except Exception:  # a damaged file: the line-level reader names it
+        return None
+    if len(frame) == 0 or not all(pd.api.types.is_numeric_dtype(frame[c]) for c in kept):
+        return None
+    if any(pd.api.types.is_bool_dtype(frame[c]) for c in kept):
+        return None
+    table = pd.DataFrame({c: frame[c].to_numpy(dtype=np.float64, na_value=np.nan) for c in kept}, copy=False)
+    return arrow.accept(table, file, {}, {"format": "parquet"}, first_line=1)
 
 
 def read_csv(data: bytes, file: str, on_bad_row: str) -> TraceRead:

@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 from workloads.errors import WorkloadError
+from workloads.readers import arrow
 from workloads.readers.common import TraceRead, decode, finish, jsonl_records, object_column, to_numbers
 from workloads.schema import RowCheck
 
@@ -87,3 +88,40 @@ def read(data: bytes, file: str, on_bad_row: str) -> TraceRead:
     table = pd.DataFrame(columns)
     attrs = {"format": "mooncake", "block_hash_tokens": BLOCK_HASH_TOKENS}
     return finish(table, checks, line_numbers, file, COLUMNS, on_bad_row, attrs, skipped)
+
+
+def read_fast(path: str, head: bytes, file: str) -> TraceRead | None:
+    """The Arrow reader (`workloads.readers.arrow`): the same table for a clean file, else None.
+
+    Clean here also means every `hash_ids` covers its prompt (ceil(input_length / 512) ids or more).
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    number = pa.float64()
+    types = {
+        "timestamp": number,
+        "input_length": number,
+        "output_length": number,
+        "hash_ids": pa.list_(pa.int64()),
+    }
+    read = arrow.read_json_columns(path, types)
+    if read is None:
+        return None
+    columns, lists = read
+    hashes = lists["hash_ids"]
+    counts = pc.list_value_length(hashes).to_numpy(zero_copy_only=False)
+    with np.errstate(invalid="ignore"):
+        if (counts < np.ceil(columns["input_length"] / BLOCK_HASH_TOKENS)).any():
+            return None
+    table = pd.DataFrame(
+        {
+            "arrival_s": columns["timestamp"] / 1000.0,
+            "prompt_tokens": columns["input_length"],
+            "output_tokens": columns["output_length"],
+            "block_hashes": arrow.shared_int_lists(hashes),
+        },
+        copy=False,
+    )
+    attrs = {"format": "mooncake", "block_hash_tokens": BLOCK_HASH_TOKENS}
+    return arrow.accept(table, file, COLUMNS, attrs, first_line=1)
