@@ -684,7 +684,8 @@ class Scenario(BaseModel):
 
 
 def default_scenario() -> Scenario:
-    """The vLLM paper's setting: OPT-13B on an A100-40GB, 12 GiB of KV, ShareGPT at 2 req/s, 2048 context."""
+    """The vLLM paper's setting: OPT-13B on an A100-40GB, 12 GiB of KV, the paper's ShareGPT (preset
+    `sharegpt-paper`) at 2 req/s, 2048 context."""
     return Scenario(
         name="default",
         model="OPT-13B",
@@ -693,5 +694,5 @@ def default_scenario() -> Scenario:
         max_model_len=2048,
         # the preset's documented 2 req/s and 1000 prompts, derived rather than set: a `--workload
         # trace.csv` on top of this scenario then replays the trace on its own clock, every row
-        workload=WorkloadSpec(source="sharegpt"),
+        workload=WorkloadSpec(source="sharegpt-paper"),
     )

@@ -179,6 +179,12 @@ def test_parquet_auto_agrees_with_lines(tmp_path: Path) -> None:
     assert_same_outcome(tmp_path / "broken.parquet")
 
 
+def test_a_null_block_id_takes_the_line_level_path(tmp_path: Path) -> None:
+    path = tmp_path / "m.jsonl"
+    path.write_text('{"timestamp": 0, "input_length": 5, "output_length": 3, "hash_ids": [null]}\n')
+    assert_same_outcome(path)
+
+
 @pytest.mark.parametrize("path", REAL_TRACES, ids=lambda p: p.name)
 def test_real_traces_read_the_same_both_ways(path: Path) -> None:
     if not path.is_file():

@@ -68,6 +68,7 @@ def read_json_columns(
 ) -> tuple[dict[str, np.ndarray], Any] | None:
     """The `types` fields of a JSON-lines file (NumPy arrays; list fields stay Arrow), or None if unclean."""
     import pyarrow as pa
+    import pyarrow.compute as pc
     from pyarrow import json as pa_json
 
     if not is_utf8(path):
@@ -84,7 +85,9 @@ def read_json_columns(
     scalars = {name: kind for name, kind in types.items() if not pa.types.is_list(kind)}
     columns = _columns(table, scalars)
     lists = {name: table.column(name) for name in types if name not in scalars}
-    if columns is None or any(column.null_count for column in lists.values()):
+    if columns is None or any(
+        column.null_count or pc.list_flatten(column).null_count for column in lists.values()
+    ):  # a null list, or a null inside one ([1, null])
         return None
     return columns, lists
 
