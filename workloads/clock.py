@@ -24,6 +24,9 @@ PRESET_RATE = "preset-rate"  # a preset at its documented rate
 GIVEN_RATE = "given-rate"  # a preset at the caller's request_rate
 ARRIVAL_RATE = "arrival-rate"  # a preset whose `arrival` spec names its own rate
 CLOSED_LOOP = "closed-loop"  # closed(users, think_s): the engine releases requests
+SESSION_LOOP = (
+    "session-loop"  # a trace's sessions: first turns on the trace's clock, later ones after think_s
+)
 
 
 def mean_rate_req_s(arrival_s: np.ndarray) -> float:
@@ -70,6 +73,8 @@ def trace_clock(
     `own_rate_req_s` is the mean rate of the kept rows on their own timestamps (before any rescale).
     """
     rows = _rows_text(len(df), total_rows, num_prompts, duration_s)
+    if "think_s" in df.columns:
+        return session_clock(df, rows, request_rate, time_scale, total_rows)
     rate = mean_rate_req_s(df["arrival_s"].to_numpy())
     own = f"their own mean: {rate_text(own_rate_req_s)}"
     if request_rate is not None:
@@ -82,6 +87,28 @@ def trace_clock(
         kind = TRACE_TIMESTAMPS
         line = f"replaying {rows} at their own timestamps (mean {rate_text(rate)})"
     return record(kind, line, df, source_rows=total_rows, own_mean_rate_req_s=own_rate_req_s)
+
+
+def session_clock(
+    df: pd.DataFrame, rows: str, request_rate: float | None, time_scale: float, total_rows: int
+) -> dict[str, Any]:
+    """Rows with `think_s`: a closed loop per session (sim/core/arrivals.py); only first turns keep a time."""
+    sessions = df["session_id"].to_numpy()
+    first = ~pd.Series(sessions).duplicated().to_numpy() | (sessions < 0)
+    starts = mean_rate_req_s(df["arrival_s"].to_numpy()[first])
+    how = "at their own timestamps"
+    if request_rate is not None:
+        how = f"on timestamps rescaled to a mean {rate_text(request_rate)} over all rows (request_rate)"
+    elif time_scale != 1.0:
+        how = f"at their own timestamps x {time_scale:g}"
+    count = len(np.unique(sessions[sessions >= 0]))
+    line = (
+        f"replaying {rows} as {count:,} sessions in a closed loop: first turns {how} "
+        f"(mean {rate_text(starts)}), each later turn its think_s after the previous answer"
+    )
+    return record(
+        SESSION_LOOP, line, df, source_rows=total_rows, sessions=count, first_turn_rate_req_s=starts
+    )
 
 
 def drawn_clock(df: pd.DataFrame, *, total_rows: int, arrival: str) -> dict[str, Any]:

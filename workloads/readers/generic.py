@@ -30,7 +30,7 @@ from workloads.readers.hashes import parse_block_hashes, too_few_check
 from workloads.schema import RowCheck
 
 REQUIRED = ("prompt_tokens", "output_tokens")
-OPTIONAL = ("arrival_s", "max_tokens", "prefix_group", "prefix_tokens", "session_id", "turn", "n")
+OPTIONAL = ("arrival_s", "max_tokens", "prefix_group", "prefix_tokens", "session_id", "turn", "n", "think_s")
 # Layered prefixes (issue 21 §4): a per-request list of block content ids, and the block size they use.
 HASH_COLUMNS = ("block_hashes", "block_hash_tokens")
 LENGTH_COLUMNS = {"prompt_tokens": "num_prefill_tokens", "output_tokens": "num_decode_tokens"}
