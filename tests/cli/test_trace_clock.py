@@ -24,14 +24,6 @@ ROWS = 1200
 SMALL = ["--kv-cache-memory", "4GiB", "--quiet"]  # OPT-13B's paper default, fewer blocks to track
 
 
-def run_cli(args: list[str]) -> int:
-    try:
-        main(args)
-    except SystemExit as exc:
-        return int(exc.code or 0)
-    return 0
-
-
 @pytest.fixture(scope="module")
 def trace(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, np.ndarray]:
     """1,200 rows with their own timestamps, ~1 req/s (Poisson), short requests; and those timestamps."""
@@ -51,6 +43,9 @@ def trace(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, np.ndarray]:
     return path, arrival_s - arrival_s[0]
 
 
+# `main` returns on success and raises SystemExit otherwise, so a failed run fails its test loudly.
+
+
 def own_mean_rate(arrival_s: np.ndarray) -> float:
     return (len(arrival_s) - 1) / (arrival_s[-1] - arrival_s[0])
 
@@ -66,7 +61,7 @@ def arrivals_of(folder: Path) -> np.ndarray:
 def test_run_replays_every_row_on_the_traces_own_clock_and_says_so(trace, tmp_path: Path, capsys) -> None:
     path, own_s = trace
     out = tmp_path / "r"
-    assert run_cli(["run", "--workload", str(path), *SMALL, "-o", str(out)]) == 0
+    main(["run", "--workload", str(path), *SMALL, "-o", str(out)])
     printed = capsys.readouterr().out.splitlines()
     rate = own_mean_rate(own_s)
     assert printed[0] == f"replaying 1,200 rows at their own timestamps (mean {rate:.2f} req/s)"
@@ -85,7 +80,7 @@ def test_request_rate_rescales_a_trace_to_that_mean_and_keeps_every_row(
 ) -> None:
     path, own_s = trace
     out = tmp_path / "r"
-    assert run_cli(["run", "--workload", str(path), "--request-rate", "3", *SMALL, "-o", str(out)]) == 0
+    main(["run", "--workload", str(path), "--request-rate", "3", *SMALL, "-o", str(out)])
     printed = capsys.readouterr().out.splitlines()[0]
     assert printed.startswith("replaying 1,200 rows rescaled to a mean 3.00 req/s")
     arrival_s = arrivals_of(out)
@@ -98,7 +93,7 @@ def test_request_rate_rescales_a_trace_to_that_mean_and_keeps_every_row(
 def test_num_prompts_takes_the_first_rows_on_their_own_clock(trace, tmp_path: Path, capsys) -> None:
     path, own_s = trace
     out = tmp_path / "r"
-    assert run_cli(["run", "--workload", str(path), "--num-prompts", "300", *SMALL, "-o", str(out)]) == 0
+    main(["run", "--workload", str(path), "--num-prompts", "300", *SMALL, "-o", str(out)])
     printed = capsys.readouterr().out.splitlines()[0]
     rate = own_mean_rate(own_s[:300])
     assert printed == f"replaying the first 300 of 1,200 rows at their own timestamps (mean {rate:.2f} req/s)"
@@ -110,7 +105,7 @@ def test_a_preset_runs_at_its_documented_rate_unless_a_rate_is_given(tmp_path: P
     assert scenario.workload.request_rate == 5.5 and scenario.num_prompts == 1000
     out = tmp_path / "r"
     args = ["run", "--workload", "azure-conv", "--num-prompts", "50", "--max-model-len", "2048", *SMALL]
-    assert run_cli([*args, "-o", str(out)]) == 0
+    main([*args, "-o", str(out)])
     printed = capsys.readouterr().out.splitlines()[0]
     assert printed == (
         "generating 50 azure-conv requests with poisson(rate=5.5) arrivals (the preset's documented rate)"
@@ -119,7 +114,7 @@ def test_a_preset_runs_at_its_documented_rate_unless_a_rate_is_given(tmp_path: P
     assert clock["kind"] == "preset-rate" and clock["documented_rate_req_s"] == 5.5
     assert summary_of(out)["scenario"]["workload"]["request_rate"] == 5.5
     given = tmp_path / "given"
-    assert run_cli([*args, "--request-rate", "3", "-o", str(given)]) == 0
+    main([*args, "--request-rate", "3", "-o", str(given)])
     expected = "poisson(rate=3.0) arrivals (request_rate; the preset documents 5.50 req/s)"
     assert expected in capsys.readouterr().out
     assert summary_of(given)["workload"]["clock"]["kind"] == "given-rate"
@@ -137,7 +132,7 @@ def test_compare_replays_the_whole_trace_for_every_allocator(trace, tmp_path: Pa
     path, own_s = trace
     out = tmp_path / "cmp"
     args = ["compare", "--workload", str(path), "--allocators", "paged,request_limit:oracle", *SMALL]
-    assert run_cli([*args, "-o", str(out)]) == 0
+    main([*args, "-o", str(out)])
     assert capsys.readouterr().out.splitlines()[0].startswith("replaying 1,200 rows at their own timestamps")
     for label in ("paged", "request_limit-oracle"):
         np.testing.assert_allclose(arrivals_of(out / label), own_s, rtol=0, atol=1e-9)
@@ -148,11 +143,11 @@ def test_a_config_file_naming_a_trace_replays_it_on_its_own_clock(trace, tmp_pat
     config = tmp_path / "s.toml"
     config.write_text(f'name = "cfg"\nkv_cache_memory = "4GiB"\n[workload]\nsource = "{path}"\n')
     out = tmp_path / "r"
-    assert run_cli(["run", "--config", str(config), "--quiet", "-o", str(out)]) == 0
+    main(["run", "--config", str(config), "--quiet", "-o", str(out)])
     np.testing.assert_allclose(arrivals_of(out), own_s, rtol=0, atol=1e-9)
     config.write_text(config.read_text() + "request_rate = 4.0\n")
     out4 = tmp_path / "r4"
-    assert run_cli(["run", "--config", str(config), "--quiet", "-o", str(out4)]) == 0
+    main(["run", "--config", str(config), "--quiet", "-o", str(out4)])
     assert own_mean_rate(arrivals_of(out4)) == pytest.approx(4.0)
 
 
@@ -186,12 +181,14 @@ def test_a_sweep_over_a_trace_replays_it_on_its_own_clock_unless_the_grid_sets_a
 def test_a_lengths_only_file_without_a_rate_is_one_line(tmp_path: Path, capsys) -> None:
     path = tmp_path / "lengths.csv"
     path.write_text("num_prefill_tokens,num_decode_tokens\n10,5\n20,6\n")
-    assert run_cli(["run", "--workload", str(path), "--quiet", "-o", str(tmp_path / "r")]) == 2
+    with pytest.raises(SystemExit) as exit_info:
+        main(["run", "--workload", str(path), "--quiet", "-o", str(tmp_path / "r")])
+    assert exit_info.value.code == 2
     captured = capsys.readouterr()
     lines = (captured.out + captured.err).strip().splitlines()
     assert len(lines) == 1 and "has no timestamps: give a request_rate" in lines[0]
     args = ["run", "--workload", str(path), "--request-rate", "1", *SMALL, "-o", str(tmp_path / "ok")]
-    assert run_cli(args) == 0
+    main(args)
     assert "replaying the lengths of 2 rows (no timestamps) with poisson(rate=1.0) arrivals" in (
         capsys.readouterr().out
     )

@@ -19,16 +19,17 @@ MAX_TRACE_BYTES = 16 * 1024**3
 HEAD_BYTES = 65536  # what format detection reads: the header line or the first JSON object
 
 
+_KINDS = (
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
 def _kind(mode: int) -> str:
-    if stat.S_ISFIFO(mode):
-        return "a FIFO"
-    if stat.S_ISCHR(mode):
-        return "a character device"
-    if stat.S_ISBLK(mode):
-        return "a block device"
-    if stat.S_ISSOCK(mode):
-        return "a socket"
-    return "not a regular file"
+    """What a file that is not regular is, in the words of the one-line refusal."""
+    return next((name for is_kind, name in _KINDS if is_kind(mode)), "not a regular file")
 
 
 def check_trace_file(path: str | os.PathLike[str]) -> int:
