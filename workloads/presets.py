@@ -119,7 +119,7 @@ _add(
             "system_prompt_fraction": 0.8,
             "system_prompt_groups": 1,
         },
-        "ShareGPT lengths as above plus a 900-token preamble on 80 % of requests (the prefix-sharing "
+        "sharegpt-paper's lengths plus a 900-token preamble on 80 % of requests (the prefix-sharing "
         "scenario of the vLLM paper, Sec. 6.4, scaled to a typical production system prompt)",
     )
 )
