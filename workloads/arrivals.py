@@ -112,6 +112,17 @@ def closed(num_requests: int, rng: np.random.Generator, users: int = 8, think_s:
     return np.zeros(num_requests, dtype=np.float64)
 
 
+def arrival_sets_rate(spec: SpecLike) -> bool:
+    """Whether an arrival spec decides the rate itself: it names a `rate`, or it is a closed loop.
+
+    Why: a preset's documented rate applies only when the caller's arrival leaves the rate open
+    (`gamma(cv=3)` takes the preset's rate; `poisson(rate=3)` and `closed(users=8)` do not).
+    """
+    name, args, kwargs = parse_spec(spec, "arrival")
+    params = bind(ARRIVALS.get(name), args, kwargs, "arrival", skip=2)
+    return name == "closed" or params.get("rate") is not None
+
+
 def rescale_to_rate(arrival_s: np.ndarray, request_rate: float) -> np.ndarray:
     """Stretch or squeeze arrivals so their mean rate ((N-1) / span) equals `request_rate`.
 

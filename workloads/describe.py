@@ -43,9 +43,16 @@ def prefix_hit_tokens_from_hashes(
         return np.zeros(len(hashes), dtype=np.int64)
     flat = np.fromiter(itertools.chain.from_iterable(hashes), dtype=np.int64, count=int(counts.sum()))
     row = np.repeat(np.arange(len(hashes)), counts)
-    _, first_pos, inverse = np.unique(flat, return_index=True, return_inverse=True)
-    first_row = row[first_pos][inverse]
+    # pandas' hash factorisation numbers ids in order of first appearance (no sort: ~5x faster than
+    # np.unique on Mooncake-sized traces), so the k-th first appearance is id k's first position.
+    codes = pd.factorize(flat)[0]
+    del flat
+    is_first = np.ones(len(codes), dtype=bool)
+    is_first[1:] = codes[1:] > np.maximum.accumulate(codes)[:-1]
+    first_row = row[np.flatnonzero(is_first)][codes]
+    del codes, is_first
     hit = first_row < row
+    del first_row
     # Each block's position in the flat array of its own row's first block: computed per block (not
     # per row, which would index past the end for trailing empty rows).
     starts = np.cumsum(counts) - counts
@@ -53,7 +60,7 @@ def prefix_hit_tokens_from_hashes(
     misses = np.cumsum(~hit)
     misses_before_row = misses[block_start] - (~hit[block_start])
     prefix_hit = hit & (misses == misses_before_row)  # no miss yet within this prompt
-    index_in_row = np.arange(len(flat)) - block_start
+    index_in_row = np.arange(len(row)) - block_start
     block_len = np.minimum(block_tokens, np.repeat(prompt_tokens, counts) - index_in_row * block_tokens)
     block_len = np.maximum(block_len, 0)
     return np.bincount(row, weights=np.where(prefix_hit, block_len, 0), minlength=len(hashes)).astype(

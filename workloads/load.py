@@ -15,14 +15,15 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from workloads.arrivals import ARRIVALS, make_arrivals
+from workloads import clock
+from workloads.arrivals import arrival_sets_rate, make_arrivals
 from workloads.errors import WorkloadError, param_error
 from workloads.generate import as_generator, generate
 from workloads.max_tokens import DEFAULT_CLIENT_MAX_TOKENS, apply_policy
 from workloads.presets import PRESETS
 from workloads.readers import read_trace
 from workloads.schema import finalize, validate
-from workloads.spec import bind, parse_spec, positive, positive_int
+from workloads.spec import positive, positive_int
 from workloads.transform import clip_to_model_len, retime
 
 GENERATE_PARAMS = tuple(
@@ -91,12 +92,6 @@ def load(
     return validate(df)
 
 
-def _spec_has_rate(arrival: Any) -> bool:
-    name, args, kwargs = parse_spec(arrival, "arrival")
-    params = bind(ARRIVALS.get(name), args, kwargs, "arrival", skip=2)
-    return params.get("rate") is not None
-
-
 def _looks_like_path(source: str) -> bool:
     return os.sep in source or "." in os.path.basename(source)
 
@@ -126,7 +121,30 @@ def _from_frame(frame: pd.DataFrame, opts: LoadOptions) -> pd.DataFrame:
         time_scale=opts.time_scale,
         request_rate=opts.request_rate,
     )
-    return finalize(df)
+    df = finalize(df)
+    df.attrs["clock"] = _replay_clock(df, frame["arrival_s"].to_numpy(), opts, opts.request_rate)
+    return df
+
+
+def _replay_clock(
+    df: pd.DataFrame, own_arrival_s: np.ndarray, opts: LoadOptions, request_rate: float | None
+) -> dict[str, Any]:
+    """The clock record of rows kept from a table with its own timestamps (`own_arrival_s`, all rows).
+
+    `retime` always keeps a prefix of the rows, so the kept rows' own mean rate is that of the first
+    len(df) timestamps.
+    """
+    if "closed_loop" in df.attrs:
+        return clock.closed_clock(df, f"replaying {len(df):,} rows")
+    return clock.trace_clock(
+        df,
+        total_rows=len(own_arrival_s),
+        own_rate_req_s=clock.mean_rate_req_s(own_arrival_s[: len(df)]),
+        num_prompts=opts.num_prompts,
+        duration_s=opts.duration_s,
+        request_rate=request_rate,
+        time_scale=opts.time_scale,
+    )
 
 
 def _from_preset(name: str, opts: LoadOptions, clip: bool | None, params: dict[str, Any]) -> pd.DataFrame:
@@ -135,13 +153,17 @@ def _from_preset(name: str, opts: LoadOptions, clip: bool | None, params: dict[s
         raise param_error(
             unknown[0], f"not a parameter of preset {name!r} (parameters: {', '.join(GENERATE_PARAMS)})"
         )
+    documented_rate = PRESETS.get(name).params.get("request_rate")
     merged = {**PRESETS.get(name).params, **params}
-    if "arrival" in params and "request_rate" not in params and _spec_has_rate(params["arrival"]):
+    kind = clock.GIVEN_RATE if "request_rate" in params else clock.PRESET_RATE
+    if "arrival" in params and "request_rate" not in params and arrival_sets_rate(params["arrival"]):
         merged["request_rate"] = None  # the caller's own arrival rate beats the preset's default rate
+        kind = clock.ARRIVAL_RATE
     if opts.request_rate is not None:
         if opts.time_scale != 1.0:
             raise param_error("time_scale", "give either time_scale or request_rate, not both")
         merged["request_rate"] = opts.request_rate
+        kind = clock.GIVEN_RATE
     # time_scale stretches the generated clock: draw up to duration_s / time_scale, then scale.
     df = generate(
         opts.num_prompts,
@@ -155,6 +177,14 @@ def _from_preset(name: str, opts: LoadOptions, clip: bool | None, params: dict[s
         attrs = dict(df.attrs)
         df = df.assign(arrival_s=df["arrival_s"].to_numpy() * opts.time_scale)
         df.attrs.update(attrs)
+    df.attrs["clock"] = clock.preset_clock(
+        df,
+        name=name,
+        kind=kind,
+        arrival=str(df.attrs.get("generator", {}).get("arrival", merged.get("arrival", "poisson"))),
+        documented_rate_req_s=documented_rate,
+        time_scale=opts.time_scale,
+    )
     return df
 
 
@@ -170,13 +200,19 @@ def _from_file(
     df = trace.table
     df.attrs.update(trace.attrs)
     num_prompts, request_rate = opts.num_prompts, opts.request_rate
-    if "arrival_s" not in df.columns:  # length-only file: draw arrivals
+    total_rows = len(df)
+    own_arrival_s = df["arrival_s"].to_numpy() if "arrival_s" in df.columns else None
+    if own_arrival_s is None:  # length-only file: draw arrivals
         if num_prompts is not None:
             df = df.iloc[: positive_int("num_prompts", num_prompts)].reset_index(drop=True)
             df.attrs.update(trace.attrs)
             num_prompts = None
         rng = as_generator(opts.seed)
-        stream = make_arrivals(params.get("arrival", "poisson"), len(df), rng, request_rate)
+        arrival = params.get("arrival", "poisson")
+        if request_rate is None and not arrival_sets_rate(arrival):
+            why = f"{trace.file} has no timestamps: give a request_rate or an arrival with a rate"
+            raise param_error("request_rate", why)
+        stream = make_arrivals(arrival, len(df), rng, request_rate)
         df = df.assign(arrival_s=stream.arrival_s)
         df.attrs.update(stream.attrs)
         request_rate = None
@@ -199,7 +235,12 @@ def _from_file(
             df["output_tokens"].to_numpy(dtype=np.int64),
             opts.max_model_len,
         )
-    return finalize(df)
+    df = finalize(df)
+    if own_arrival_s is None:
+        df.attrs["clock"] = clock.drawn_clock(df, total_rows=total_rows, arrival=stream.description)
+    else:
+        df.attrs["clock"] = _replay_clock(df, own_arrival_s, opts, request_rate)
+    return df
 
 
 __all__ = ["load", "WorkloadError"]

@@ -27,6 +27,7 @@ OPTIONAL_COLUMNS: tuple[str, ...] = (
     "prefix_tokens",
     "session_id",
     "turn",
+    "think_s",
     "block_hashes",
     "n",
 )
@@ -190,8 +191,10 @@ def row_checks(df: pd.DataFrame, *, block_hash_tokens: int | None = None) -> lis
             continue
         integer = column in INT_COLUMNS
         checks += _numeric_checks(
-            df, column, integer, MIN_VALUE.get(column, 0.0 if column == "arrival_s" else None)
+            df, column, integer, MIN_VALUE.get(column, 0.0 if column in ("arrival_s", "think_s") else None)
         )
+    if "think_s" in df.columns:
+        checks += _session_loop_checks(df)
     if "prefix_tokens" in df.columns and "prompt_tokens" in df.columns:
         prefix = pd.to_numeric(df["prefix_tokens"], errors="coerce").to_numpy(
             dtype=np.float64, na_value=np.nan
@@ -219,6 +222,41 @@ def row_checks(df: pd.DataFrame, *, block_hash_tokens: int | None = None) -> lis
             )
     if "block_hashes" in df.columns:
         checks += _block_hash_checks(df, block_hash_tokens)
+    return checks
+
+
+def _session_loop_checks(df: pd.DataFrame) -> list[RowCheck]:
+    """A closed loop per session (`think_s`): it needs sessions, turns in table order, a bounded think.
+
+    A session's turn k+1 is sent `think_s` after turn k's answer, so turn k must come first in the table
+    (the table is in arrival order, and a session's first turn arrives first).
+    """
+    think = pd.to_numeric(df["think_s"], errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+    with np.errstate(invalid="ignore"):
+        too_long = think > MAX_TRACE_SPAN_S
+    checks = [
+        RowCheck(
+            "think_s", too_long, lambda i: f"{think[i]:.6g} s: a think time is at most {MAX_TRACE_SPAN_S:g} s"
+        )
+    ]
+    if "session_id" not in df.columns:
+        no_session = np.ones(len(df), dtype=bool)  # every row: the closed loop has nothing to follow
+        return [*checks, RowCheck("session_id", no_session, lambda i: "think_s needs a session_id column")]
+    if "turn" in df.columns:
+        session = pd.to_numeric(df["session_id"], errors="coerce")
+        turn = pd.to_numeric(df["turn"], errors="coerce")
+        previous = turn.groupby(session).shift(1).to_numpy(dtype=np.float64, na_value=np.nan)
+        turns = turn.to_numpy(dtype=np.float64, na_value=np.nan)
+        sessions = session.to_numpy(dtype=np.float64, na_value=np.nan)
+        with np.errstate(invalid="ignore"):
+            out_of_order = turns <= previous
+        checks.append(
+            RowCheck(
+                "turn",
+                out_of_order,
+                lambda i: f"session {sessions[i]:g}'s turn {turns[i]:g} comes after its turn {previous[i]:g}",
+            )
+        )
     return checks
 
 
@@ -285,6 +323,8 @@ def finalize(df: pd.DataFrame) -> pd.DataFrame:
             continue
         if column == "block_hashes":
             columns[column] = df[column].to_numpy(dtype=object)
+        elif column == "think_s":
+            columns[column] = df[column].to_numpy(dtype=np.float64)
         else:
             columns[column] = df[column].to_numpy(dtype=np.int64)
     out = pd.DataFrame(columns, copy=False)

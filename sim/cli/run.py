@@ -76,6 +76,17 @@ def _show_progress(quiet: bool) -> bool:
     return not quiet and sys.stderr.isatty()
 
 
+def say_clock(summary: dict[str, Any]) -> None:
+    """One line above the results: which clock the workload ran on and how many rows it replayed.
+
+    Why: a trace replayed at another rate or cut short answers another question (issue 20 §3), so the
+    table says what was replayed. Printed after the run, so a bad scenario still gets one error line.
+    """
+    clock = summary.get("workload", {}).get("clock")
+    if clock is not None:
+        typer.echo(clock["line"])
+
+
 QuietOpt = Annotated[bool, typer.Option("--quiet", help="No progress bar.")]
 WideOpt = Annotated[
     bool, typer.Option("--wide", help="One table with every column, wider than 80 columns if need be.")
@@ -103,6 +114,7 @@ def register(app: typer.Typer) -> None:
             output = Path("results") / plain_name(scenario.name, what="scenario name")
         target = check_run_dir(output)
         run = simulate(scenario, progress=_show_progress(quiet))
+        say_clock(run.summary)
         target = write_run(run, target)
         label = run.allocator
         rows = [[name, summary_cell(run.metrics, key, spec)] for name, key, spec in SUMMARY_ROWS]
@@ -145,6 +157,7 @@ def register(app: typer.Typer) -> None:
             label = scenario.with_overrides(allocator=allocator_name).allocator.label
             check_run_dir(output / run_label(label))
         runs = compare(scenario, names, progress=_show_progress(quiet))
+        say_clock(next(iter(runs.values())).summary)  # one table for every allocator: one clock
         ensure_folder(output, "compare", what="compare folder")
         written = [write_run(run, output / run_label(label)) for label, run in runs.items()]
         labels = list(runs)

@@ -19,16 +19,19 @@ class ArrivalSource:
 
     Closed loop (`df.attrs["closed_loop"] = {"users": U, "think_s": T}`): the first U requests
     arrive at 0; whenever a request ends (finished or rejected) its user sends the next unsent
-    request of the table T seconds later. Pending arrivals sit in a heap so the server can peek
-    at the next one.
+    request of the table T seconds later. Per session (a `think_s` column): `_init_sessions`.
+    Pending arrivals sit in a heap so the server can peek at the next one.
     """
 
     def __init__(self, requests: pd.DataFrame) -> None:
         self.num_requests = len(requests)
         spec = requests.attrs.get("closed_loop")
-        self.closed = spec is not None
+        self._next_turn: list[int] | None = None  # a closed loop per session (`think_s`): see below
+        self.closed = spec is not None or "think_s" in requests
         self._heap: list[tuple[float, int]] = []
-        if self.closed:
+        if "think_s" in requests:
+            self._init_sessions(requests)
+        elif self.closed:
             users = int(spec["users"])
             self.think_s = float(spec["think_s"])
             if users < 1 or self.think_s < 0 or not math.isfinite(self.think_s):
@@ -62,8 +65,43 @@ class ArrivalSource:
         self._ptr = ptr
         return due
 
+    def _init_sessions(self, requests: pd.DataFrame) -> None:
+        """A closed loop per session: first turns at their own `arrival_s`, each later turn `think_s`
+        after the previous turn of its session ended (answered or rejected).
+
+        Why: a multi-turn trace records when each turn was sent on the server it was measured on; on a
+        slower or faster simulated server a user still reads the answer, then thinks, then sends the
+        next turn (workloads: docs/workloads.md "Multi-turn sessions"). Rows without a session
+        (session_id -1) arrive at their own time.
+        """
+        sessions = requests["session_id"].to_numpy(np.int64)
+        rows = pd.Series(np.arange(self.num_requests), dtype=np.int64)
+        in_session = sessions >= 0
+        following = rows[in_session].groupby(sessions[in_session]).shift(-1)
+        next_turn = np.full(self.num_requests, -1, dtype=np.int64)
+        next_turn[in_session] = following.fillna(-1).to_numpy(dtype=np.int64)
+        later = np.zeros(self.num_requests, dtype=bool)
+        later[next_turn[next_turn >= 0]] = True
+        times = requests["arrival_s"].to_numpy(np.float64)
+        self._next_turn = next_turn.tolist()
+        self._think_s = requests["think_s"].to_numpy(np.float64).tolist()
+        self._heap = [
+            (float(times[req]), int(req)) for req in np.flatnonzero(~later)
+        ]  # sorted: arrival order
+        self._next_unsent = len(self._heap)  # counts requests released into the heap
+
     def request_done(self, req: int, now_s: float) -> None:
-        """Closed loop: the user of `req` thinks, then sends the next unsent request."""
+        """Closed loop: the user of `req` thinks, then sends the next unsent request (per session: the
+        next turn of `req`'s session)."""
+        if self._next_turn is not None:
+            nxt = self._next_turn[req]
+            if nxt >= 0:
+                at_s = now_s + self._think_s[nxt]
+                heapq.heappush(self._heap, (at_s, nxt))
+                self._next_unsent += 1
+                if self.on_push is not None:
+                    self.on_push(at_s)
+            return
         if not self.closed or self._next_unsent >= self.num_requests:
             return
         at_s = now_s + self.think_s

@@ -191,6 +191,10 @@ def cell_row(cell: Cell, summary: Mapping[str, Any] | None, status: str, error: 
     for key, value in cell.overrides.items():
         if key not in row:
             row[key] = dumps_json(value, indent=None) if isinstance(value, list | dict) else value
+    clock = ((summary or {}).get("workload") or {}).get("clock") or {}
+    if clock:  # which clock the cell's workload ran on (workloads/clock.py): a trace's own, a rescale...
+        row["workload.clock"] = clock.get("kind")
+        row["workload.mean_rate_req_s"] = clock.get("mean_rate_req_s")
     if summary and summary.get("allocator") is not None:
         row["allocator"] = summary["allocator"]
     elif isinstance(row.get("allocator.name"), str):

@@ -263,7 +263,7 @@ def test_default_scenario_is_the_vllm_paper_setting() -> None:
     scenario = default_scenario()
     assert (scenario.model, scenario.gpu, scenario.max_model_len) == ("OPT-13B", "A100-40GB", 2048)
     assert scenario.kv_cache_memory == 12 * GiB
-    assert (scenario.workload.source, scenario.workload.request_rate) == ("sharegpt", 2.0)
+    assert (scenario.workload.source, scenario.workload.request_rate) == ("sharegpt-paper", 2.0)
     # vllm-v0's budget (vllm/config.py SchedulerConfig, v0.2): max(max_model_len, 2048) = 2048
     assert scenario.engine == "vllm-v0"
     assert scenario.num_prompts == 1000 and scenario.max_num_batched_tokens == 2048
@@ -283,7 +283,7 @@ def test_with_overrides_takes_dotted_keys_and_none_means_leave_it() -> None:
     changed = scenario.with_overrides(
         **{"workload.request_rate": 4, "allocator": "request_limit:pow2:best_fit", "block_size": None}
     )
-    assert changed.workload.request_rate == 4.0 and changed.workload.source == "sharegpt"
+    assert changed.workload.request_rate == 4.0 and changed.workload.source == "sharegpt-paper"
     assert changed.allocator.params == {"reservation": "pow2", "placement": "best_fit"}
     assert changed.block_size == 16
     assert scenario.workload.request_rate == 2.0  # the original is untouched

@@ -23,7 +23,9 @@ def gap_cv(df: pd.DataFrame) -> float:
 # ---------------------------------------------------------------- presets
 
 
-@pytest.mark.parametrize("name", ["sharegpt", "alpaca", "azure-conv", "chat-system-prompt", "long-context"])
+@pytest.mark.parametrize(
+    "name", ["sharegpt", "sharegpt-paper", "alpaca", "azure-conv", "chat-system-prompt", "long-context"]
+)
 def test_every_preset_runs_without_a_file_and_is_valid(name: str) -> None:
     df = workloads.load(name, num_prompts=500, seed=1)
     assert len(df) == 500
@@ -31,18 +33,38 @@ def test_every_preset_runs_without_a_file_and_is_valid(name: str) -> None:
     assert list(df["request_id"]) == list(range(500))
     assert (np.diff(df["arrival_s"]) >= 0).all() and df["arrival_s"].iloc[0] == 0.0
     assert (df[["prompt_tokens", "output_tokens", "max_tokens"]] >= 1).all().all()
-    assert (df["max_tokens"] == 2048).all()  # default policy fixed(2048)
+    if name == "sharegpt":  # vllm bench sends max_tokens = the reference answer's length
+        assert (df["max_tokens"] == df["output_tokens"]).all()
+    else:
+        assert (df["max_tokens"] == 2048).all()  # default policy fixed(2048)
     workloads.validate(df)
 
 
-def test_presets_lists_the_five_names() -> None:
-    assert workloads.presets() == ["alpaca", "azure-conv", "chat-system-prompt", "long-context", "sharegpt"]
+def test_presets_lists_the_six_names() -> None:
+    assert workloads.presets() == [
+        "alpaca",
+        "azure-conv",
+        "chat-system-prompt",
+        "long-context",
+        "sharegpt",
+        "sharegpt-paper",
+    ]
+
+
+def test_sharegpt_is_what_vllm_bench_serve_sends() -> None:
+    """Issue 21 §4: the measured percentiles of vllm bench's ShareGPT requests (Llama-3 tokenizer)."""
+    df = workloads.load("sharegpt", num_prompts=200_000, seed=7)
+    prompt, output = df["prompt_tokens"].to_numpy(), df["output_tokens"].to_numpy()
+    assert prompt.mean() == pytest.approx(204.9, rel=0.03) and output.mean() == pytest.approx(216.3, rel=0.03)
+    assert np.percentile(prompt, [50, 99]) == pytest.approx([77, 770], rel=0.05)
+    assert np.percentile(output, [50, 99]) == pytest.approx([186, 759], rel=0.05)
+    assert prompt.min() >= 4 and prompt.max() <= 933 and output.max() <= 780
 
 
 @pytest.mark.parametrize(
     ("name", "prompt_mean", "output_mean"),
     [
-        ("sharegpt", 161.31, 337.99),
+        ("sharegpt-paper", 161.31, 337.99),
         ("alpaca", 19.31, 58.45),
         ("azure-conv", 1155, 211),
         ("long-context", 12035, 343),

@@ -15,35 +15,60 @@ from dataclasses import dataclass
 from workloads.errors import WorkloadError
 from workloads.readers import azure, generic, mooncake
 from workloads.readers.common import TraceRead, check_on_bad_row, read_bytes
+from workloads.readers.source import check_trace_file, read_head
 from workloads.registry import Registry
+
+# How read_trace reads: "auto" tries Arrow first (workloads/readers/arrow.py) and reads line by line
+# only a file Arrow cannot take cleanly; "lines" always reads line by line (the reference path, for
+# benchmarks/trace_read.py and the identity tests).
+READERS = ("auto", "lines")
 
 
 @dataclass(frozen=True)
 class TraceFormat:
-    """A readable format: `read(data, file, on_bad_row) -> TraceRead`."""
+    """A readable format: `read(data, file, on_bad_row) -> TraceRead` reads line by line and names bad
+    rows; `read_fast(path, head, file) -> TraceRead | None` is its Arrow twin, None unless clean."""
 
     name: str
     description: str
     read: Callable[[bytes, str, str], TraceRead]
+    read_fast: Callable[[str, bytes, str], TraceRead | None] | None = None
 
 
 FORMATS: Registry[TraceFormat] = Registry("format")
 for _fmt in (
     TraceFormat(
-        "azure", "Azure LLM inference trace 2023 CSV (TIMESTAMP, ContextTokens, GeneratedTokens)", azure.read
+        "azure",
+        "Azure LLM inference trace 2023 CSV (TIMESTAMP, ContextTokens, GeneratedTokens)",
+        azure.read,
+        azure.read_fast,
     ),
     TraceFormat(
-        "mooncake", "Mooncake JSON lines (timestamp ms, input_length, output_length, hash_ids)", mooncake.read
+        "mooncake",
+        "Mooncake JSON lines (timestamp ms, input_length, output_length, hash_ids)",
+        mooncake.read,
+        mooncake.read_fast,
     ),
     TraceFormat(
-        "csv", "generic CSV (arrival_s, prompt_tokens, output_tokens[, max_tokens, ...])", generic.read_csv
+        "csv",
+        "generic CSV (arrival_s, prompt_tokens, output_tokens[, max_tokens, ...])",
+        generic.read_csv,
+        generic.read_csv_fast,
     ),
-    TraceFormat("parquet", "generic Parquet with the generic CSV's columns", generic.read_parquet),
-    TraceFormat("jsonl", "generic JSON lines with the generic CSV's keys", generic.read_jsonl),
+    TraceFormat(
+        "parquet",
+        "generic Parquet with the generic CSV's columns",
+        generic.read_parquet,
+        generic.read_parquet_fast,
+    ),
+    TraceFormat(
+        "jsonl", "generic JSON lines with the generic CSV's keys", generic.read_jsonl, generic.read_jsonl_fast
+    ),
     TraceFormat(
         "sharegpt-lengths",
         "length pairs (num_prefill_tokens, num_decode_tokens), no times",
         generic.read_lengths,
+        generic.read_lengths_fast,
     ),
 ):
     FORMATS.add(_fmt.name, _fmt)
@@ -117,16 +142,30 @@ def detect_format(data: bytes, file: str) -> str:
 
 
 def read_trace(
-    path: str | os.PathLike[str], *, fmt: str | None = None, on_bad_row: str = "error"
+    path: str | os.PathLike[str], *, fmt: str | None = None, on_bad_row: str = "error", reader: str = "auto"
 ) -> TraceRead:
-    """Read a trace into canonical columns; bad rows raise (or are skipped and counted)."""
+    """Read a trace into canonical columns; bad rows raise (or are skipped and counted).
+
+    The file must be a regular file of bounded size (`workloads.readers.source`); detection reads
+    its first 64 KiB. `reader` (READERS): "auto" takes Arrow's table for a clean file and reads any
+    other file line by line, so tables and one-line errors are those of "lines", only faster.
+    """
     on_bad_row = check_on_bad_row(on_bad_row)
+    if reader not in READERS:
+        raise WorkloadError(f"must be one of {', '.join(READERS)} (got {reader!r})", field="reader")
     file = str(path)
-    data = read_bytes(path)
-    name = fmt if fmt is not None else detect_format(data, file)
-    trace = FORMATS.get(name).read(data, file, on_bad_row)
+    check_trace_file(path)
+    head = read_head(path)
+    data = read_bytes(path) if not head.strip() else None  # blank start: "empty file", or read it all
+    name = fmt if fmt is not None else detect_format(head if data is None else data, file)
+    trace_format = FORMATS.get(name)
+    trace = None
+    if reader == "auto" and data is None and trace_format.read_fast is not None:
+        trace = trace_format.read_fast(file, head, file)
+    if trace is None:
+        trace = trace_format.read(read_bytes(path) if data is None else data, file, on_bad_row)
     trace.attrs["format"] = name
     return trace
 
 
-__all__ = ["FORMATS", "TraceFormat", "TraceRead", "detect_format", "read_trace"]
+__all__ = ["FORMATS", "READERS", "TraceFormat", "TraceRead", "detect_format", "read_trace"]
