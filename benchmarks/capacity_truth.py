@@ -162,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     print("\n".join(lines))
     print(
-        f"checks: {args.check_prompts:,}-prompt runs at 1.0x (must meet the SLO) and {CHECK_FACTOR}x (must not)"
+        f"checks: {args.check_prompts:,}-prompt runs at 1.0x (must meet the SLO), {CHECK_FACTOR}x (must not)"
     )
     print("ALL PASS" if all_pass else "SOME FAIL")
     return 0 if all_pass else 1

@@ -205,17 +205,21 @@ def register(app: typer.Typer) -> None:
                 f"x TP {best['tensor_parallel_size']} "
                 f"for {target_rate:g} req/s ({best['max_rate_per_replica_req_s']:.3g} req/s per replica)",
                 highlight=False,
+                soft_wrap=True,
             )
         for line in plan.cost_lines():
-            console.print(line, highlight=False)
+            console.print(line, highlight=False, soft_wrap=True)
         for name, reason in plan.skipped.items():
             console.print(f"skipped {name}: {reason}", highlight=False, markup=False, soft_wrap=True)
         for key, reason in plan.skipped_rows.items():
             console.print(f"skipped {key}: {reason}", highlight=False, markup=False, soft_wrap=True)
+        size_line = plan.probe_size_line()
+        if size_line is not None:
+            console.print(size_line, highlight=False, markup=False, soft_wrap=True)
         for line in plan.unmet_lines():
             console.print(line, highlight=False, markup=False, soft_wrap=True)
         for key, error in plan.failures.items():
-            console.print(f"[red]failed[/] {key}: {error}", highlight=False)
+            console.print(f"[red]failed[/] {key}: {error}", highlight=False, soft_wrap=True)
         if output is not None:
             typer.echo(f"plan written to {plan.write(output)}")
         typer.echo(f"wall time: {time.perf_counter() - wall_start_s:.2f} s")

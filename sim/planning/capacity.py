@@ -67,6 +67,24 @@ class CapacityPlan:
             f"the running batch from growing{latency}, and never above the measured saturation throughput"
         )
 
+    def probe_size_line(self) -> str | None:
+        """Says how probes were sized when that is not the scenario's `num_prompts` (issue 23 item 9:
+        `--num-prompts 1` must not silently run probes of thousands of prompts)."""
+        asked = self.scenario.get("num_prompts")
+        sizes = sorted({int(row["probe_prompts"]) for row in self.rows if row.get("probe_prompts")})
+        confirms = sorted(
+            {int(row["confirmation_num_prompts"]) for row in self.rows if row.get("confirmation_num_prompts")}
+        )
+        if not sizes or sizes == [asked]:
+            return None
+        span = f"{sizes[0]:,}" if len(sizes) == 1 else f"{sizes[0]:,} to {sizes[-1]:,}"
+        line = f"--num-prompts {asked}: probes ran {span} prompts each ({self.sizing.describe_rule()})"
+        if confirms:
+            line += f"; confirmation runs {confirms[0]:,}" + (
+                f" to {confirms[-1]:,}" if len(confirms) > 1 else ""
+            )
+        return line
+
     def unmet_lines(self) -> list[str]:
         """One line per row where no rate was sustainable (an SLO too tight for even an idle server)."""
         lines = []
@@ -324,6 +342,13 @@ def capacity(
     plan_jobs: list[tuple[str, PlanJob]] = []
     skipped: dict[str, str] = {}
     skipped_rows: dict[str, str] = {}
+    for name in names:  # an unknown allocator or a bad parameter is the user's error, not a skipped row
+        try:
+            scenario.with_overrides(allocator=name)
+        except ValueError as exc:
+            from sim.sweeps.spec import one_line
+
+            raise CapacityError(f"allocator={name}: {one_line(exc)}") from exc
     for name in names:
         combos = [(n, base_tp) for n in lens] + [(base_len, t) for t in tps if t != base_tp]
         family_jobs: list[tuple[str, PlanJob]] = []

@@ -54,6 +54,13 @@ class ProbeSizing:
         longer = math.ceil(self.confirm_factor * probe_prompts)
         return max(probe_prompts, min(self.confirm_cap_prompts, longer))
 
+    def describe_rule(self) -> str:
+        """The probe-size rule in a few words."""
+        return (
+            f"max of --num-prompts, {self.min_prompts:,} for a p99 and {self.batch_turnovers:g} x the full "
+            "running batch, to fill the batch and reach steady state"
+        )
+
     def describe(self) -> str:
         """One line for the table caption: how the probes were sized."""
         return (
