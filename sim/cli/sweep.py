@@ -196,8 +196,8 @@ def register(app: typer.Typer) -> None:
                 progress=show,
             )
         console = Console()
-        if wide and not console.is_terminal:  # a pipe or a file: all columns, unwrapped
-            console.width = max(console.width, 200)
+        # never cut a number: a table wider than the terminal is wrapped by it, not cropped by rich
+        console.width = max(console.width, plan.table_width(wide=wide))
         console.print(plan.rich_table(wide=wide))
         for name, best in plan.gpu_plan().items():
             console.print(

@@ -30,7 +30,7 @@ from sim import interrupts
 from sim.errors import CapacityError
 from sim.files import check_output_file, dumps_json, publish_files, write_error
 from sim.planning.jobs import BRACKET_RATIO, PlanJob, ProbeSizing, plan_one
-from sim.planning.plan_table import plan_table, row_key
+from sim.planning.plan_table import needed_width, plan_table, row_key
 from sim.planning.search import DEFAULT_REL_TOL
 from sim.planning.slo import DEFAULT_QUEUE_SLOPE_TOLERANCE, MIN_SPAN_LIFETIMES, Slo
 
@@ -221,6 +221,10 @@ class CapacityPlan:
         if self.target_rate_req_s is not None:
             title += f" · target {self.target_rate_req_s:g} req/s"
         return plan_table(self.rows, title, "\n".join(self.caption_lines()), wide=wide)
+
+    def table_width(self, *, wide: bool = False) -> int:
+        """Columns the table needs so that no number is cut (`plan_table.needed_width`)."""
+        return needed_width(self.rows, wide=wide)
 
 
 def check_plan_output(path: str | os.PathLike[str]) -> Path:

@@ -7,6 +7,7 @@ GPUs) must fit a default terminal without truncating a single digit (issue 20 §
 
 from __future__ import annotations
 
+import io
 from collections.abc import Callable
 from typing import Any
 
@@ -66,6 +67,24 @@ COLUMNS: tuple[tuple[str, Callable[[dict[str, Any]], str], bool], ...] = (
 )
 
 
+def shown_columns(wide: bool) -> list[tuple[str, Callable[[dict[str, Any]], str], bool]]:
+    return [column for column in COLUMNS if wide or column[2]]
+
+
+def needed_width(rows: list[dict[str, Any]], *, wide: bool = False) -> int:
+    """Characters the table needs so that no cell is cut (headers wrap at spaces), as rich measures it.
+
+    Why: rich squeezes or crops a table wider than its console; the CLI widens the console to this
+    instead, so a figure too long for 80 columns is wrapped by the terminal, never cut.
+    """
+    from rich.console import Console
+    from rich.measure import Measurement
+
+    console = Console(width=100_000, file=io.StringIO())
+    table = plan_table(rows, "", "", wide=wide)
+    return Measurement.get(console, console.options, table).maximum
+
+
 def plan_table(rows: list[dict[str, Any]], title: str, caption: str, *, wide: bool = False) -> Any:
     """A rich Table of the rows; each column is at least as wide as its widest cell, so no number
     is cut: without `wide` only the key columns are shown, which fit 80 columns for every allocator
@@ -74,7 +93,7 @@ def plan_table(rows: list[dict[str, Any]], title: str, caption: str, *, wide: bo
     from rich.table import Table
     from rich.text import Text
 
-    shown = [column for column in COLUMNS if wide or column[2]]
+    shown = shown_columns(wide)
     cells = [[cell(row) for _, cell, _ in shown] for row in rows]
     table = Table(
         title=title,
@@ -82,16 +101,16 @@ def plan_table(rows: list[dict[str, Any]], title: str, caption: str, *, wide: bo
         caption=Text(caption),  # Text: brackets are not rich markup
         caption_justify="left",
         box=box.SIMPLE_HEAD,
+        show_edge=False,
         pad_edge=False,
-        padding=(0, 1),
+        padding=(0, 1, 0, 0),
     )
     for index, (header, _, _) in enumerate(shown):
-        widest = max((len(values[index]) for values in cells), default=1)
+        longest_word = max(len(word) for word in header.split())
         table.add_column(
             header,
             justify="left" if index == 0 else "right",
-            min_width=widest,
-            no_wrap=False,
+            width=max([longest_word, *(len(values[index]) for values in cells)]),
             overflow="fold",
         )
     for values in cells:
