@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from _capacity_helpers import KNOWN, KV_TOKENS, OUTPUT_TOKENS, PROMPT_TOKENS, SMALL, STEP_S
 
 from sim.cli import main
 from sim.planning.capacity import capacity
@@ -15,27 +16,6 @@ from sim.planning.jobs import ProbeSizing
 from sim.planning.slo import Slo
 from sim.scenario.scenario import Scenario, default_scenario
 
-STEP_S = 0.01  # every step takes 10 ms
-PROMPT_TOKENS = 32
-OUTPUT_TOKENS = 10
-KV_TOKENS = 4096  # OPT-13B: 800 KiB per token
-KNOWN = {
-    "name": "known",
-    "kv_cache_memory": 800 * 1024 * KV_TOKENS,
-    "max_model_len": 2048,
-    "max_num_seqs": 1,
-    # one step admits every saturation prompt (the memory arithmetic below); vllm-v0's own default,
-    # max(max_model_len, 2048) = 2048, would admit 64 prompts per step, which then grow into a 3rd block
-    "max_num_batched_tokens": 8192,
-    "constant_step_s": STEP_S,
-    "num_prompts": 100,
-    "workload": {
-        "source": "sharegpt",
-        "arrival": "constant",
-        "max_tokens_policy": "exact",
-        "params": {"prompt_len": f"fixed({PROMPT_TOKENS})", "output_len": f"fixed({OUTPUT_TOKENS})"},
-    },
-}
 # One sequence at a time (max_num_seqs = 1), each needs one prefill step (its first token) and
 # OUTPUT_TOKENS - 1 decode steps: the server completes 1 / (10 x 10 ms) = 10 requests/s. With
 # evenly spaced arrivals at or below that rate every request finds the server idle (TTFT = one step,
@@ -44,9 +24,6 @@ KNOWN = {
 # the 15 ms SLO below 10.01 req/s, so every verdict is known outside (10, 10.01).
 HAND_MAX_RATE_REQ_S = 1.0 / (OUTPUT_TOKENS * STEP_S)
 SLACK_REQ_S = 0.01
-# Small runs keep these tests at seconds: probes of at least 100 prompts (the scenario's own count),
-# confirmations of 10 x that. The full batch here is one sequence, so the batch rule adds nothing.
-SMALL = ProbeSizing(min_prompts=100, batch_turnovers=8.0, confirm_factor=10.0)
 
 
 @pytest.fixture(scope="module")

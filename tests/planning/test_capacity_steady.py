@@ -13,32 +13,17 @@ from types import SimpleNamespace
 import numpy as np
 import pandas as pd
 import pytest
+from _capacity_helpers import KNOWN, SMALL
+from _cli_helpers import run_cli
 
-from sim.cli import main
 from sim.planning.capacity import capacity, row_scenario
 from sim.planning.jobs import ProbeSizing, saturated_throughput_req_s
 from sim.planning.search import find_max_rate
 from sim.planning.slo import Slo, in_system_slope_req_s, judge_run
 from sim.scenario.scenario import Scenario
 
-SMALL = ProbeSizing(min_prompts=100, batch_turnovers=8.0, confirm_factor=10.0)
-# One sequence at a time, 10 steps of 10 ms each: the server completes exactly 10 requests/s.
-ONE_AT_A_TIME = {
-    "name": "one-at-a-time",
-    "kv_cache_memory": 800 * 1024 * 4096,
-    "max_model_len": 2048,
-    "max_num_seqs": 1,
-    "max_num_batched_tokens": 8192,
-    "constant_step_s": 0.01,
-    "num_prompts": 100,
-    "allocator": "paged",
-    "workload": {
-        "source": "sharegpt",
-        "arrival": "constant",
-        "max_tokens_policy": "exact",
-        "params": {"prompt_len": "fixed(32)", "output_len": "fixed(10)"},
-    },
-}
+# The known server of the capacity tests, on the paged allocator.
+ONE_AT_A_TIME = {**KNOWN, "name": "one-at-a-time", "allocator": "paged"}
 
 
 def _requests(arrival_s: np.ndarray, finish_s: np.ndarray) -> pd.DataFrame:
@@ -226,16 +211,6 @@ def test_table_fits_80_columns_without_cutting_a_number() -> None:
     huge = {**WIDE_ROW, "confirmation_p99_ttft_ms": 123_456_789_012.0, "gpus_needed": 1_000_000}
     text = _table_text([huge], max(80, needed_width([huge])))
     assert "123,456,789,012" in text and "1000000" in text and "…" not in text
-
-
-def run_cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    try:
-        main(args)
-        code = 0
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 @pytest.fixture
