@@ -116,7 +116,10 @@ def register(app: typer.Typer) -> None:
         ] = None,
         tensor_parallel_size: Annotated[
             str | None,
-            typer.Option("--tensor-parallel-size", help="TP sizes to try for the GPU count, e.g. 1,2."),
+            typer.Option(
+                "--tensor-parallel-size",
+                help="TP sizes to plan, e.g. 2,4,8 (a size the model does not fit is a skipped row).",
+            ),
         ] = None,
         gpu_hour_cost: Annotated[
             float | None,
