@@ -101,10 +101,12 @@ def capacity_base_scenario(flags: dict[str, Any], tp_sizes: list[int] | None) ->
 
 
 class CapacityProgress:
-    """A rich progress display on stderr: rows done of all rows, and simulations done (in finished rows).
+    """A rich progress display on stderr: rows done of all rows, and simulations done so far.
 
-    A context manager whose instance is the `progress` callback of `sim.planning.capacity.capacity`;
-    silent when disabled or when stderr is not a terminal (a log file gets no bar lines).
+    A context manager whose instance is the `progress` callback of `sim.planning.capacity.capacity`
+    and whose `tally_path` (a temporary file every simulation appends a byte to, removed on exit)
+    counts simulations while rows still run in worker processes. Silent when disabled or when stderr
+    is not a terminal (a log file gets no bar lines).
     """
 
     def __init__(self, enabled: bool) -> None:
@@ -113,30 +115,63 @@ class CapacityProgress:
         self._enabled = enabled and sys.stderr.isatty()
         self._bar: Any = None
         self._task: Any = None
+        self.tally_path: str | None = None
+
+    def simulations(self) -> int:
+        import os
+
+        try:
+            return os.path.getsize(self.tally_path) if self.tally_path else 0
+        except OSError:
+            return 0
 
     def __enter__(self) -> CapacityProgress:
         if self._enabled:
+            import os
+            import tempfile
+
             from rich.console import Console
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+            handle, self.tally_path = tempfile.mkstemp(prefix="kvsim-capacity-", suffix=".tally")
+            os.close(handle)
             self._bar = Progress(
                 TextColumn("[bold]capacity rows"),
                 BarColumn(),
                 MofNCompleteColumn(),
-                TextColumn("· {task.fields[simulations]} simulations done"),
+                _simulations_column(self),
                 TimeElapsedColumn(),
                 console=Console(stderr=True),
             )
-            self._task = self._bar.add_task("rows", total=None, simulations=0)
+            self._task = self._bar.add_task("rows", total=None)
             self._bar.start()
         return self
 
     def __call__(self, rows_done: int, rows_total: int, simulations: int) -> None:
         if self._bar is not None:
-            self._bar.update(self._task, completed=rows_done, total=rows_total, simulations=simulations)
+            self._bar.update(self._task, completed=rows_done, total=rows_total)
 
     def __exit__(
         self, kind: type[BaseException] | None, value: BaseException | None, trace: TracebackType | None
     ) -> None:
         if self._bar is not None:
             self._bar.stop()
+        if self.tally_path is not None:
+            import os
+
+            try:
+                os.unlink(self.tally_path)
+            except OSError:
+                pass
+            self.tally_path = None
+
+
+def _simulations_column(display: CapacityProgress) -> Any:
+    from rich.progress import ProgressColumn
+    from rich.text import Text
+
+    class SimulationsColumn(ProgressColumn):
+        def render(self, task: Any) -> Text:
+            return Text(f"· {display.simulations():,} simulations done")
+
+    return SimulationsColumn()

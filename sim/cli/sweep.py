@@ -197,6 +197,7 @@ def register(app: typer.Typer) -> None:
                 dask_local=dask_local,
                 gpu_hour_cost=gpu_hour_cost,
                 progress=show,
+                tally_path=show.tally_path,
             )
         console = Console()
         # never cut a number: a table wider than the terminal is wrapped by it, not cropped by rich

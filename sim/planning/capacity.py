@@ -295,6 +295,7 @@ def capacity(
     gpu_hour_cost: float | None = None,
     sizing: ProbeSizing | None = None,
     progress: Callable[[int, int, int], None] | None = None,
+    tally_path: str | None = None,
 ) -> CapacityPlan:
     """Plan capacity for `scenario` (a Scenario or a scenario TOML path) under `slo`.
 
@@ -306,7 +307,8 @@ def capacity(
     saturation rate (stationary queue and batch, no latency bound). A row whose scenario cannot run
     (the weights do not fit at its TP, or vLLM would refuse to start it: `row_refusal`) is listed in
     `skipped_rows` with its reason. `progress(rows_done, rows_total, simulations_done)` is called
-    once before the first row finishes and after each row.
+    once before the first row finishes and after each row; `tally_path`, a file that every
+    simulation appends one byte to, lets a display count simulations while rows still run.
     """
     from sim.scenario.scenario import Scenario
     from sim.sweeps.executors import check_backend_args, make_executor
@@ -376,6 +378,7 @@ def capacity(
                         queue_slope_tolerance,
                         True,
                         sizing,
+                        tally_path,
                     ),
                 )
             )

@@ -84,6 +84,26 @@ class PlanJob:
     queue_slope_tolerance: float
     find_rate: bool
     sizing: ProbeSizing = ProbeSizing()
+    tally_path: str | None = None  # one byte per simulation (`simulate_counted`), for the progress display
+
+
+def simulate_counted(scenario: Any, tally_path: str | None) -> Any:
+    """`sim.simulate(scenario)`, then one byte appended to `tally_path` (when given).
+
+    Why a file: a plan's rows run in worker processes (or on Dask); the parent's progress display
+    reads the file's size to show simulations done while rows are still running. Appends of one
+    byte are atomic; a worker that cannot reach the file (a remote Dask worker) just does not count.
+    """
+    from sim.api import simulate
+
+    run = simulate(scenario)
+    if tally_path is not None:
+        try:
+            with open(tally_path, "ab") as tally:
+                tally.write(b".")
+        except OSError:
+            pass
+    return run
 
 
 def _sim_record(scenario: Any, run: Any, extra: Mapping[str, Any]) -> dict[str, Any]:
@@ -120,15 +140,13 @@ def sustained_concurrency(steps: Any) -> float:
 
 def _saturation(job: PlanJob) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Peak concurrency with every request arriving at t=0 and max_num_seqs lifted out of the way."""
-    from sim.api import simulate
-
     prompts = max(int(job.scenario.num_prompts or 0), job.sizing.min_prompts)
     records: list[dict[str, Any]] = []
     for _ in range(MAX_SATURATION_DOUBLINGS + 1):
         scenario = job.scenario.with_overrides(
             **{"workload.request_rate": math.inf, "num_prompts": prompts, "max_num_seqs": prompts}
         )
-        run = simulate(scenario)
+        run = simulate_counted(scenario, job.tally_path)
         metrics = run.summary["metrics"]
         peak = int(metrics.get("max_concurrency", 0))
         sustained = sustained_concurrency(run.steps)
@@ -186,11 +204,9 @@ def _throughput(job: PlanJob, batch_estimate: float) -> tuple[dict[str, Any], di
     (`batch_estimate`: the smaller of max_num_seqs and the memory peak). Also measures the full
     running batch (concurrency while requests waited), which sizes the rate probes.
     """
-    from sim.api import simulate
-
     prompts = job.sizing.probe_prompts(job.scenario.num_prompts, batch_estimate)
     scenario = job.scenario.with_overrides(**{"workload.request_rate": math.inf, "num_prompts": prompts})
-    run = simulate(scenario)
+    run = simulate_counted(scenario, job.tally_path)
     full_batch = sustained_concurrency(run.steps)
     throughput = saturated_throughput_req_s(run.requests, full_batch)
     record = _sim_record(
@@ -210,6 +226,7 @@ def probe_rate(
     rate_req_s: float,
     slo: Slo | None,
     queue_slope_tolerance: float = DEFAULT_QUEUE_SLOPE_TOLERANCE,
+    tally_path: str | None = None,
 ) -> tuple[bool, list[dict[str, Any]]]:
     """Simulate `scenario` at `rate_req_s` and judge it (`judge_run`); the verdict and every run's record.
 
@@ -217,8 +234,6 @@ def probe_rate(
     SLO and the queue hold) is rerun at the same rate with at least twice the prompts (up to
     MAX_PROBE_EXTENSIONS times, max(PROBE_PROMPTS_CAP, 4 x its size) prompts); the last verdict counts.
     """
-    from sim.api import simulate
-
     base_prompts = int(scenario.num_prompts or 0)
     records: list[dict[str, Any]] = []
     prompts = base_prompts
@@ -228,7 +243,7 @@ def probe_rate(
         if prompts:
             overrides["num_prompts"] = prompts
         probe_scenario = scenario.with_overrides(**overrides)
-        run = simulate(probe_scenario)
+        run = simulate_counted(probe_scenario, tally_path)
         ok, evidence = judge_run(run, rate_req_s, slo, queue_slope_tolerance)
         records.append(_sim_record(probe_scenario, run, {"purpose": "rate probe", **evidence}))
         cap = max(PROBE_PROMPTS_CAP, 4 * base_prompts)
@@ -249,6 +264,7 @@ def max_stable_rate(
     queue_slope_tolerance: float = DEFAULT_QUEUE_SLOPE_TOLERANCE,
     ceiling: float = math.inf,
     known: Mapping[float, bool] | None = None,
+    tally_path: str | None = None,
 ) -> RateSearch:
     """The bisection `kvsim capacity` runs for one row (before its confirmation), in this process.
 
@@ -258,7 +274,7 @@ def max_stable_rate(
     measured saturation throughput, above which nothing is probed (`find_max_rate`).
     """
     return find_max_rate(
-        lambda rate: probe_rate(scenario, rate, slo, queue_slope_tolerance),
+        lambda rate: probe_rate(scenario, rate, slo, queue_slope_tolerance, tally_path),
         low=low,
         high=high,
         rel_tol=rel_tol,
@@ -268,7 +284,12 @@ def max_stable_rate(
 
 
 def confirm_rate(
-    scenario: Any, rate_req_s: float, slo: Slo | None, queue_slope_tolerance: float, prompts: int
+    scenario: Any,
+    rate_req_s: float,
+    slo: Slo | None,
+    queue_slope_tolerance: float,
+    prompts: int,
+    tally_path: str | None = None,
 ) -> tuple[bool, dict[str, Any]]:
     """One long run at `rate_req_s` (`prompts` prompts), judged by the same rule as every probe.
 
@@ -276,10 +297,8 @@ def confirm_rate(
     that wanders off near saturation); a run 10x longer sees it. A confirmation too short to judge
     fails (the answer errs on the safe side).
     """
-    from sim.api import simulate
-
     long_scenario = scenario.with_overrides(**{"workload.request_rate": rate_req_s, "num_prompts": prompts})
-    run = simulate(long_scenario)
+    run = simulate_counted(long_scenario, tally_path)
     ok, evidence = judge_run(run, rate_req_s, slo, queue_slope_tolerance)
     return ok, _sim_record(long_scenario, run, {"purpose": "confirmation", **evidence})
 
@@ -306,6 +325,7 @@ def confirmed_max_rate(
     queue_slope_tolerance: float,
     ceiling: float,
     confirm_prompts: int,
+    tally_path: str | None = None,
 ) -> ConfirmedSearch:
     """Bisect with probes, then confirm the answer with one long run (`confirm_rate`).
 
@@ -322,18 +342,21 @@ def confirmed_max_rate(
         rel_tol=rel_tol,
         queue_slope_tolerance=queue_slope_tolerance,
         ceiling=ceiling,
+        tally_path=tally_path,
     )
     initial = search.initial_bracket
     probe_records = [record for probe in search.probes for record in probe.evidence]
     rate = search.max_rate_req_s
     if rate <= 0:
         return ConfirmedSearch(0.0, search.status, initial, search.final_bracket, probe_records, [])
-    ok, record = confirm_rate(scenario, rate, slo, queue_slope_tolerance, confirm_prompts)
+    ok, record = confirm_rate(scenario, rate, slo, queue_slope_tolerance, confirm_prompts, tally_path)
     if ok:
         return ConfirmedSearch(rate, search.status, initial, search.final_bracket, probe_records, [record])
 
     def long_run(candidate_req_s: float) -> tuple[bool, dict[str, Any]]:
-        return confirm_rate(scenario, candidate_req_s, slo, queue_slope_tolerance, confirm_prompts)
+        return confirm_rate(
+            scenario, candidate_req_s, slo, queue_slope_tolerance, confirm_prompts, tally_path
+        )
 
     below = find_max_rate(long_run, low=rate / 2.0, high=rate, rel_tol=rel_tol, known={rate: False})
     confirmations = [record, *(probe.evidence for probe in below.probes)]
@@ -382,6 +405,7 @@ def plan_one(job: PlanJob) -> dict[str, Any]:
         queue_slope_tolerance=job.queue_slope_tolerance,
         ceiling=ceiling,
         confirm_prompts=confirm_prompts,
+        tally_path=job.tally_path,
     )
     passed = [run for run in search.confirmations if run["ok"]]
     last = passed[-1] if passed else (search.confirmations[-1] if search.confirmations else {})

@@ -150,8 +150,10 @@ def test_rows_that_do_not_fit_are_skipped_with_their_reason() -> None:
     )
 
 
-def test_progress_reports_rows_and_simulations() -> None:
+def test_progress_reports_rows_and_simulations(tmp_path: Path) -> None:
     calls: list[tuple[int, int, int]] = []
+    tally = tmp_path / "tally"
+    tally.touch()
     plan = capacity(
         Scenario.from_dict(ONE_AT_A_TIME),
         slo=Slo(ttft_p99_s=10.0),
@@ -162,11 +164,30 @@ def test_progress_reports_rows_and_simulations() -> None:
         jobs=1,
         sizing=SMALL,
         progress=lambda *args: calls.append(args),
+        tally_path=str(tally),
     )
     from sim.planning.capacity import count_simulations
 
+    simulations = sum(count_simulations(r) for r in plan.rows)
     assert calls[0] == (0, 2, 0) and [c[0] for c in calls] == [0, 1, 2]
-    assert calls[-1] == (2, 2, sum(count_simulations(r) for r in plan.rows)) and calls[-1][2] > 4
+    assert calls[-1] == (2, 2, simulations) and simulations > 4
+    # the worker processes counted every simulation in the tally file, one byte each, as they ran
+    assert tally.stat().st_size == simulations
+
+
+def test_progress_display_counts_the_tally_and_removes_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    from sim.cli.capacity_setup import CapacityProgress
+
+    monkeypatch.setattr("sys.stderr.isatty", lambda: True)
+    with CapacityProgress(True) as show:
+        assert show.tally_path is not None and show.simulations() == 0
+        Path(show.tally_path).write_bytes(b"...")
+        show(1, 4, 3)
+        assert show.simulations() == 3
+        path = Path(show.tally_path)
+    assert not path.exists() and show.tally_path is None
+    with CapacityProgress(False) as quiet:  # --no-progress: no file at all
+        assert quiet.tally_path is None
 
 
 def _table_text(rows: list[dict], width: int, *, wide: bool = False) -> str:
