@@ -6,7 +6,7 @@ against these hand-computed figures.
 
 from __future__ import annotations
 
-from sim.planning.jobs import ProbeSizing
+from sim.planning.sizing import ProbeSizing
 
 STEP_S = 0.01  # every step takes 10 ms
 PROMPT_TOKENS = 32

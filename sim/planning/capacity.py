@@ -29,9 +29,10 @@ from typing import Any
 from sim import interrupts
 from sim.errors import CapacityError
 from sim.files import check_output_file, dumps_json, publish_files, write_error
-from sim.planning.jobs import BRACKET_RATIO, PlanJob, ProbeSizing, plan_one
+from sim.planning.jobs import BRACKET_RATIO, PlanJob, plan_one
 from sim.planning.plan_table import needed_width, plan_table, row_key
 from sim.planning.search import DEFAULT_REL_TOL
+from sim.planning.sizing import ProbeSizing
 from sim.planning.slo import DEFAULT_QUEUE_SLOPE_TOLERANCE, MIN_SPAN_LIFETIMES, Slo
 
 DEFAULT_MAX_MODEL_LENS: tuple[int, ...] = (2048, 4096, 8192, 16384, 32768)

@@ -12,7 +12,7 @@ from _capacity_helpers import KNOWN, KV_TOKENS, OUTPUT_TOKENS, PROMPT_TOKENS, SM
 
 from sim.cli import main
 from sim.planning.capacity import capacity
-from sim.planning.jobs import ProbeSizing
+from sim.planning.sizing import ProbeSizing
 from sim.planning.slo import Slo
 from sim.scenario.scenario import Scenario, default_scenario
 

@@ -17,8 +17,9 @@ from _capacity_helpers import KNOWN, SMALL
 from _cli_helpers import run_cli
 
 from sim.planning.capacity import capacity, row_scenario
-from sim.planning.jobs import ProbeSizing, saturated_throughput_req_s
+from sim.planning.jobs import saturated_throughput_req_s
 from sim.planning.search import find_max_rate
+from sim.planning.sizing import ProbeSizing
 from sim.planning.slo import Slo, in_system_slope_req_s, judge_run
 from sim.scenario.scenario import Scenario
 
