@@ -159,7 +159,8 @@ class CapacityPlan:
             self.sustainable_line(),
             f"max rate: geometric bisection, {bracket_text} (widened /2 when the low end fails, never "
             f"above the saturation throughput), stopped at hi/lo - 1 <= {tolerances}; "
-            "(<) = even the lowest rate failed, (sat) = the saturation throughput itself passed",
+            "answer = one step below the highest passing rate; (<) = even the lowest rate failed, "
+            "(sat) = the saturation throughput itself passed",
             f"probe rule = {self.stability_rule()}; a probe whose batch still grows or whose arrivals "
             f"span under {MIN_SPAN_LIFETIMES:g} x its mean latency is rerun with more prompts",
             f"{self.sizing.describe()}; prompts per probe: {probes}",
