@@ -122,6 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     from sim.planning.plan_table import row_key
 
     chosen = {item.strip() for item in args.only.split(",") if item.strip()}
+    wall_start_s = time.perf_counter()
     lines = []
     all_pass = True
     for question in questions():
@@ -164,6 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"checks: {args.check_prompts:,}-prompt runs at 1.0x (must meet the SLO), {CHECK_FACTOR}x (must not)"
     )
+    print(f"wall time: {time.perf_counter() - wall_start_s:.0f} s")
     print("ALL PASS" if all_pass else "SOME FAIL")
     return 0 if all_pass else 1
 
