@@ -116,14 +116,18 @@ class CapacityProgress:
         self._bar: Any = None
         self._task: Any = None
         self.tally_path: str | None = None
+        self._finished_rows_simulations = 0
 
     def simulations(self) -> int:
+        """Simulations done: the tally's count, or (remote Dask workers cannot write it) at least
+        those of the finished rows."""
         import os
 
         try:
-            return os.path.getsize(self.tally_path) if self.tally_path else 0
+            tallied = os.path.getsize(self.tally_path) if self.tally_path else 0
         except OSError:
-            return 0
+            tallied = 0
+        return max(tallied, self._finished_rows_simulations)
 
     def __enter__(self) -> CapacityProgress:
         if self._enabled:
@@ -148,6 +152,7 @@ class CapacityProgress:
         return self
 
     def __call__(self, rows_done: int, rows_total: int, simulations: int) -> None:
+        self._finished_rows_simulations = simulations
         if self._bar is not None:
             self._bar.update(self._task, completed=rows_done, total=rows_total)
 

@@ -188,6 +188,8 @@ def test_progress_display_counts_the_tally_and_removes_it(monkeypatch: pytest.Mo
         Path(show.tally_path).write_bytes(b"...")
         show(1, 4, 3)
         assert show.simulations() == 3
+        show(2, 4, 7)  # rows finished on workers that could not write the tally still count
+        assert show.simulations() == 7
         path = Path(show.tally_path)
     assert not path.exists() and show.tally_path is None
     with CapacityProgress(False) as quiet:  # --no-progress: no file at all
