@@ -117,7 +117,10 @@ CAPACITY_COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("max_model_len", "max_model_len", "d"),
     ("conc. peak", "max_concurrency", "d"),
     ("conc. sustained", "sustained_concurrency", ".1f"),
+    ("saturation req/s", "saturation_throughput_req_s", ".3g"),
     ("max rate req/s", "max_rate_req_s", ".3g"),
+    ("confirmed p99 TTFT ms", "confirmation_p99_ttft_ms", ",.0f"),
+    ("confirmed p99 TPOT ms", "confirmation_p99_tpot_ms", ",.1f"),
 )
 
 

@@ -91,6 +91,14 @@ def register(app: typer.Typer) -> None:
                 "--allocators", help="Comma-separated, e.g. contiguous,request_limit,paged (default: all)."
             ),
         ] = None,
+        slo: Annotated[
+            str | None,
+            typer.Option(
+                "--slo",
+                help="'none': no latency bound; the max rate is then the saturation rate "
+                "(highest rate with a stationary queue and batch).",
+            ),
+        ] = None,
         slo_ttft_p99: Annotated[
             str | None, typer.Option("--slo-ttft-p99", help="Bound on p99 time to first token, e.g. 2s.")
         ] = None,
@@ -108,7 +116,10 @@ def register(app: typer.Typer) -> None:
         ] = None,
         tensor_parallel_size: Annotated[
             str | None,
-            typer.Option("--tensor-parallel-size", help="TP sizes to try for the GPU count, e.g. 1,2."),
+            typer.Option(
+                "--tensor-parallel-size",
+                help="TP sizes to plan, e.g. 2,4,8 (a size the model does not fit is a skipped row).",
+            ),
         ] = None,
         gpu_hour_cost: Annotated[
             float | None,
@@ -137,6 +148,12 @@ def register(app: typer.Typer) -> None:
         output: Annotated[
             Path | None, typer.Option("--output", "-o", help="Also write the plan as .json or .csv.")
         ] = None,
+        wide: Annotated[
+            bool, typer.Option("--wide", help="Every column (default: the key ones, 80 wide).")
+        ] = False,
+        progress: Annotated[
+            bool, typer.Option("--progress/--no-progress", help="Rows and simulations done, on stderr.")
+        ] = True,
         *,
         flags: dict[str, Any],
     ) -> None:
@@ -144,66 +161,69 @@ def register(app: typer.Typer) -> None:
         wall_start_s = time.perf_counter()  # printed at the end: what one capacity answer costs (issue 16)
         from rich.console import Console
 
+        from sim.cli.capacity_setup import CapacityProgress, capacity_base_scenario, slo_from_flags
         from sim.errors import CapacityError
         from sim.planning.capacity import capacity, check_plan_output
-        from sim.planning.slo import Slo
-        from sim.scenario.units import parse_duration_s
 
         if (rate_min is None) != (rate_max is None):
             raise CapacityError("--rate-min and --rate-max go together: give both or neither")
         if output is not None:  # refused now, not after every simulation has run
             check_plan_output(output)
-        slo = Slo(
-            ttft_p99_s=None
-            if slo_ttft_p99 is None
-            else parse_duration_s(slo_ttft_p99, field="--slo-ttft-p99"),
-            tpot_p99_s=None
-            if slo_tpot_p99 is None
-            else parse_duration_s(slo_tpot_p99, field="--slo-tpot-p99"),
-            normalized_latency_s_per_token=(
-                None
-                if slo_normalized_latency is None
-                else parse_duration_s(slo_normalized_latency, field="--slo-normalized-latency")
-            ),
-        )
-        base = scenario_from_flags(flags, name="capacity")  # TP sizes to try: --tensor-parallel-size
-        plan = capacity(
-            base,
-            slo=slo,
-            allocators=None
-            if allocators is None
-            else [a.strip() for a in allocators.split(",") if a.strip()],
-            target_rate_req_s=target_rate,
-            tensor_parallel_sizes=None
+        plan_slo = slo_from_flags(slo, slo_ttft_p99, slo_tpot_p99, slo_normalized_latency)
+        tp_sizes = (
+            None
             if tensor_parallel_size is None
-            else parse_count_list(tensor_parallel_size, "--tensor-parallel-size"),
-            max_model_lens=None
-            if max_model_lens is None
-            else parse_count_list(max_model_lens, "--max-model-lens"),
-            rate_bracket=None if rate_min is None else (rate_min, rate_max),
-            rel_tol=rate_tol,
-            jobs=jobs,
-            scheduler=scheduler,
-            dask_local=dask_local,
-            gpu_hour_cost=gpu_hour_cost,
+            else parse_count_list(tensor_parallel_size, "--tensor-parallel-size")
         )
+        base, notes = capacity_base_scenario(flags, tp_sizes)
+        for note in notes:
+            typer.echo(note)
+        with CapacityProgress(progress) as show:
+            plan = capacity(
+                base,
+                slo=plan_slo,
+                allocators=None
+                if allocators is None
+                else [a.strip() for a in allocators.split(",") if a.strip()],
+                target_rate_req_s=target_rate,
+                tensor_parallel_sizes=tp_sizes,
+                max_model_lens=None
+                if max_model_lens is None
+                else parse_count_list(max_model_lens, "--max-model-lens"),
+                rate_bracket=None if rate_min is None else (rate_min, rate_max),
+                rel_tol=rate_tol,
+                jobs=jobs,
+                scheduler=scheduler,
+                dask_local=dask_local,
+                gpu_hour_cost=gpu_hour_cost,
+                progress=show,
+                tally_path=show.tally_path,
+            )
         console = Console()
-        if not console.is_terminal:  # a pipe or a file: do not squeeze the table into 80 columns
-            console.width = max(console.width, 160)
-        console.print(plan.rich_table())
+        # never cut a number: a table wider than the terminal is wrapped by it, not cropped by rich
+        console.width = max(console.width, plan.table_width(wide=wide))
+        console.print(plan.rich_table(wide=wide))
         for name, best in plan.gpu_plan().items():
             console.print(
                 f"{name}: {best['gpus']} GPU(s) = {best['replicas']} replica(s) "
                 f"x TP {best['tensor_parallel_size']} "
                 f"for {target_rate:g} req/s ({best['max_rate_per_replica_req_s']:.3g} req/s per replica)",
                 highlight=False,
+                soft_wrap=True,
             )
         for line in plan.cost_lines():
-            console.print(line, highlight=False)
+            console.print(line, highlight=False, soft_wrap=True)
         for name, reason in plan.skipped.items():
             console.print(f"skipped {name}: {reason}", highlight=False, markup=False, soft_wrap=True)
+        for key, reason in plan.skipped_rows.items():
+            console.print(f"skipped {key}: {reason}", highlight=False, markup=False, soft_wrap=True)
+        size_line = plan.probe_size_line()
+        if size_line is not None:
+            console.print(size_line, highlight=False, markup=False, soft_wrap=True)
+        for line in plan.unmet_lines():
+            console.print(line, highlight=False, markup=False, soft_wrap=True)
         for key, error in plan.failures.items():
-            console.print(f"[red]failed[/] {key}: {error}", highlight=False)
+            console.print(f"[red]failed[/] {key}: {error}", highlight=False, soft_wrap=True)
         if output is not None:
             typer.echo(f"plan written to {plan.write(output)}")
         typer.echo(f"wall time: {time.perf_counter() - wall_start_s:.2f} s")

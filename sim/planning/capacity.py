@@ -21,7 +21,7 @@ import csv
 import io
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,8 +29,10 @@ from typing import Any
 from sim import interrupts
 from sim.errors import CapacityError
 from sim.files import check_output_file, dumps_json, publish_files, write_error
-from sim.planning.jobs import BRACKET_RATIO, SATURATION_BRACKET_HIGH, PlanJob, plan_one
+from sim.planning.jobs import BRACKET_RATIO, PlanJob, plan_one
+from sim.planning.plan_table import needed_width, plan_table, row_key
 from sim.planning.search import DEFAULT_REL_TOL
+from sim.planning.sizing import ProbeSizing
 from sim.planning.slo import DEFAULT_QUEUE_SLOPE_TOLERANCE, MIN_SPAN_LIFETIMES, Slo
 
 DEFAULT_MAX_MODEL_LENS: tuple[int, ...] = (2048, 4096, 8192, 16384, 32768)
@@ -41,7 +43,7 @@ class CapacityPlan:
     """Every row of the plan plus the inputs it answered; `rows` are plain dicts (JSON-ready)."""
 
     scenario: dict[str, Any]
-    slo: Slo
+    slo: Slo | None  # None: the saturation rate (stationary queue and batch), no latency bound
     target_rate_req_s: float | None
     rows: list[dict[str, Any]]
     failures: dict[str, str] = field(default_factory=dict)
@@ -50,6 +52,53 @@ class CapacityPlan:
     skipped: dict[str, str] = field(default_factory=dict)
     queue_slope_tolerance: float = DEFAULT_QUEUE_SLOPE_TOLERANCE
     gpu_hour_cost: float | None = None  # USD per GPU-hour; rows then carry USD figures (capacity_cost.py)
+    # "allocator max_model_len/TPn" -> why the row was not simulated: the weights do not fit at that TP,
+    # or vLLM would refuse to start (its KV cache cannot hold one max_model_len request)
+    skipped_rows: dict[str, str] = field(default_factory=dict)
+    sizing: ProbeSizing = field(default_factory=ProbeSizing)
+
+    def slo_text(self) -> str:
+        return "none (saturation rate)" if self.slo is None else self.slo.describe()
+
+    def sustainable_line(self) -> str:
+        """What "sustainable" means, in one line (under the table and in the JSON)."""
+        latency = "" if self.slo is None else f" with {self.slo.describe()}"
+        return (
+            "sustainable = served in steady state: a long run at that rate keeps the waiting queue and "
+            f"the running batch from growing{latency}, and never above the measured saturation throughput"
+        )
+
+    def probe_size_line(self) -> str | None:
+        """Says how probes were sized when that is not the scenario's `num_prompts` (issue 23 item 9:
+        `--num-prompts 1` must not silently run probes of thousands of prompts)."""
+        asked = self.scenario.get("num_prompts")
+        sizes = sorted({int(row["probe_prompts"]) for row in self.rows if row.get("probe_prompts")})
+        confirms = sorted(
+            {int(row["confirmation_num_prompts"]) for row in self.rows if row.get("confirmation_num_prompts")}
+        )
+        if not sizes or sizes == [asked]:
+            return None
+        span = f"{sizes[0]:,}" if len(sizes) == 1 else f"{sizes[0]:,} to {sizes[-1]:,}"
+        line = f"--num-prompts {asked}: probes ran {span} prompts each ({self.sizing.describe_rule()})"
+        if confirms:
+            line += f"; confirmation runs {confirms[0]:,}" + (
+                f" to {confirms[-1]:,}" if len(confirms) > 1 else ""
+            )
+        return line
+
+    def unmet_lines(self) -> list[str]:
+        """One line per row where no rate was sustainable (an SLO too tight for even an idle server)."""
+        lines = []
+        for row in self.rows:
+            if row.get("rate_status") != "below_bracket":
+                continue
+            runs = row.get("max_rate_runs") or [{}]
+            lowest = min(runs, key=lambda run: run.get("request_rate") or math.inf)
+            lines.append(
+                f"no rate meets the SLO for {row_key(row)}: even at {lowest.get('request_rate', 0):.3g} "
+                f"req/s {lowest.get('reason', 'it failed')}"
+            )
+        return lines
 
     def cost_lines(self) -> list[str]:
         """Per row: USD per 1M output tokens and per 1k requests at the max rate, per month at the target."""
@@ -78,9 +127,10 @@ class CapacityPlan:
 
     def stability_rule(self) -> str:
         """When a probed rate counts as sustainable, in words (JSON `stability_rule`, table caption)."""
+        tail = "" if self.slo is None else ", and the SLO holds"
         return (
-            "waiting-queue slope over the second half of the arrivals <= "
-            f"{self.queue_slope_tolerance:g} x rate, no request is rejected, and the SLO holds"
+            "slopes of the waiting queue and of everything in the system over the second half of the "
+            f"arrivals <= {self.queue_slope_tolerance:g} x rate, no request is rejected{tail}"
         )
 
     def caption_lines(self) -> list[str]:
@@ -92,34 +142,38 @@ class CapacityPlan:
         """
         searched = [row for row in self.rows if row.get("rate_bracket") is not None]
         if not searched:
-            return [f"sustainable = {self.stability_rule()}"]
+            return [self.sustainable_line(), f"probe rule = {self.stability_rule()}"]
         brackets = {
-            f"{row['allocator']} {row['max_model_len']}/TP{row['tensor_parallel_size']}": (
-                f"[{row['rate_bracket'][0]:.3g}, {row['rate_bracket'][1]:.3g}]"
-            )
-            for row in searched
+            row_key(row): f"[{row['rate_bracket'][0]:.3g}, {row['rate_bracket'][1]:.3g}]" for row in searched
         }
         if len(set(brackets.values())) == 1:
             bracket_text = f"bracket {next(iter(brackets.values()))} req/s"
         else:
             bracket_text = (
-                f"bracket per row ({SATURATION_BRACKET_HIGH:g} x saturation throughput down to "
-                f"/{BRACKET_RATIO:g}), req/s: " + "; ".join(f"{k} {v}" for k, v in brackets.items())
+                f"bracket per row (saturation throughput down to /{BRACKET_RATIO:g}), req/s: "
+                + "; ".join(f"{k} {v}" for k, v in brackets.items())
             )
-        tolerances = sorted({float(row["rate_rel_tol"]) for row in searched})
+        tolerances = ", ".join(f"{t:g}" for t in sorted({float(row["rate_rel_tol"]) for row in searched}))
+        probes = "; ".join(f"{row_key(row)} {row.get('probe_prompts', 0):,}" for row in searched)
         return [
-            f"max rate: geometric bisection, {bracket_text} (widened x2 or /2 when an end is on the "
-            f"wrong side), stopped at hi/lo - 1 <= {', '.join(f'{t:g}' for t in tolerances)}; "
-            "(<) = even the lowest rate failed, (>=) = the highest rate tried still passed",
-            f"sustainable = {self.stability_rule()}; a passing run whose arrivals span under "
-            f"{MIN_SPAN_LIFETIMES:g} x its mean latency is rerun with more prompts",
+            self.sustainable_line(),
+            f"max rate: geometric bisection, {bracket_text} (widened /2 when the low end fails, never "
+            f"above the saturation throughput), stopped at hi/lo - 1 <= {tolerances}; "
+            "answer = one step below the highest passing rate; (<) = even the lowest rate failed, "
+            "(sat) = the saturation throughput itself passed",
+            f"probe rule = {self.stability_rule()}; a probe whose batch still grows or whose arrivals "
+            f"span under {MIN_SPAN_LIFETIMES:g} x its mean latency is rerun with more prompts",
+            f"{self.sizing.describe()}; prompts per probe: {probes}",
+            "p99 TTFT / TPOT: of the confirmation run at the max rate",
         ]
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "scenario": self.scenario,
-            "slo": asdict(self.slo),
-            "slo_text": self.slo.describe(),
+            "slo": None if self.slo is None else asdict(self.slo),
+            "slo_text": self.slo_text(),
+            "sustainable": self.sustainable_line(),
+            "probe_sizing": asdict(self.sizing),
             "target_rate_req_s": self.target_rate_req_s,
             "gpu_hour_cost_usd": self.gpu_hour_cost,
             "stability_rule": self.stability_rule(),
@@ -127,6 +181,7 @@ class CapacityPlan:
             "rows": self.rows,
             "failures": self.failures,
             "skipped_allocators": self.skipped,
+            "skipped_rows": self.skipped_rows,
         }
 
     def to_frame(self) -> Any:
@@ -162,51 +217,16 @@ class CapacityPlan:
         interrupts.note_written(target)
         return target
 
-    def rich_table(self) -> Any:
-        """The plan as a rich Table; `caption_lines` (bracket, tolerance, stability rule) under it."""
-        from rich.table import Table
-        from rich.text import Text
-
-        title = f"capacity · SLO: {self.slo.describe()}"
+    def rich_table(self, *, wide: bool = False) -> Any:
+        """The plan as a rich Table (`sim.planning.plan_table`); `caption_lines` under it."""
+        title = f"capacity · SLO: {self.slo_text()}"
         if self.target_rate_req_s is not None:
             title += f" · target {self.target_rate_req_s:g} req/s"
-        caption = Text("\n".join(self.caption_lines()))  # Text: brackets are not rich markup
-        table = Table(title=title, title_justify="left", caption=caption, caption_justify="left")
-        for name in (
-            "allocator",
-            "max_model_len",
-            "TP",
-            "KV tokens",
-            "vLLM max conc.",
-            "conc. peak",
-            "conc. sustained",
-            "max rate req/s",
-            "GPUs",
-            "sims (seeds)",
-        ):
-            table.add_column(name, justify="left" if name == "allocator" else "right")
-        for row in self.rows:
-            rate = row.get("max_rate_req_s")
-            rate_text = "—" if rate is None else f"{rate:.3g}" + _rate_flag(row.get("rate_status"))
-            conc = f"{row['max_concurrency']}" + (
-                "+" if row.get("concurrency_limited_by") == "num_prompts" else ""
-            )
-            runs = row.get("max_concurrency_runs", []) + row.get("max_rate_runs", [])
-            seeds = sorted({r["seed"] for r in runs})
-            gpus = row.get("gpus_needed")
-            table.add_row(
-                row["allocator"],
-                str(row["max_model_len"]),
-                str(row["tensor_parallel_size"]),
-                f"{row['kv_capacity_tokens']:,}",
-                f"{row['vllm_max_concurrency_x']:.2f}x",
-                conc,
-                f"{row['sustained_concurrency']:.1f}",
-                rate_text,
-                "—" if gpus is None else ("∞" if gpus < 0 else str(gpus)),
-                f"{len(runs)} ({', '.join(map(str, seeds))})",
-            )
-        return table
+        return plan_table(self.rows, title, "\n".join(self.caption_lines()), wide=wide)
+
+    def table_width(self, *, wide: bool = False) -> int:
+        """Columns the table needs so that no number is cut (`plan_table.needed_width`)."""
+        return needed_width(self.rows, wide=wide)
 
 
 def check_plan_output(path: str | os.PathLike[str]) -> Path:
@@ -216,10 +236,6 @@ def check_plan_output(path: str | os.PathLike[str]) -> Path:
     if target.suffix.lower() not in (".json", ".csv"):
         raise CapacityError(f"argument 'output' ({target}): suffix must be .json or .csv")
     return check_output_file(target, "capacity", what="argument 'output'")
-
-
-def _rate_flag(status: str | None) -> str:
-    return {"below_bracket": " (<)", "above_bracket": " (>=)"}.get(status or "", "")
 
 
 def gpus_for_target(
@@ -267,7 +283,7 @@ def _model_max_len(scenario: Any) -> int | None:
 def capacity(
     scenario: Any,
     *,
-    slo: Slo,
+    slo: Slo | None,
     allocators: Sequence[str] | None = None,
     target_rate_req_s: float | None = None,
     tensor_parallel_sizes: Sequence[int] | None = None,
@@ -279,6 +295,9 @@ def capacity(
     scheduler: str | None = None,
     dask_local: int | None = None,
     gpu_hour_cost: float | None = None,
+    sizing: ProbeSizing | None = None,
+    progress: Callable[[int, int, int], None] | None = None,
+    tally_path: str | None = None,
 ) -> CapacityPlan:
     """Plan capacity for `scenario` (a Scenario or a scenario TOML path) under `slo`.
 
@@ -286,7 +305,12 @@ def capacity(
     and TP plus every value in `max_model_lens` (default 2k..32k up to the model's context) and
     `tensor_parallel_sizes` (for the GPU count; only at the scenario's max_model_len). Rows are
     computed in parallel (`jobs` processes, or Dask); a row whose simulations fail is reported in
-    `failures` with its one-line error instead of stopping the plan.
+    `failures` with its one-line error instead of stopping the plan. `slo=None` asks for the
+    saturation rate (stationary queue and batch, no latency bound). A row whose scenario cannot run
+    (the weights do not fit at its TP, or vLLM would refuse to start it: `row_refusal`) is listed in
+    `skipped_rows` with its reason. `progress(rows_done, rows_total, simulations_done)` is called
+    once before the first row finishes and after each row; `tally_path`, a file that every
+    simulation appends one byte to, lets a display count simulations while rows still run.
     """
     from sim.scenario.scenario import Scenario
     from sim.sweeps.executors import check_backend_args, make_executor
@@ -322,32 +346,45 @@ def capacity(
         if value < 1:
             raise CapacityError(f"argument 'max_model_lens': values must be >= 1 (got {value})")
 
+    sizing = sizing or ProbeSizing()
     plan_jobs: list[tuple[str, PlanJob]] = []
     skipped: dict[str, str] = {}
+    skipped_rows: dict[str, str] = {}
+    for name in names:  # an unknown allocator or a bad parameter is the user's error, not a skipped row
+        try:
+            scenario.with_overrides(allocator=name)
+        except ValueError as exc:
+            from sim.sweeps.spec import one_line
+
+            raise CapacityError(f"allocator={name}: {one_line(exc)}") from exc
     for name in names:
         combos = [(n, base_tp) for n in lens] + [(base_len, t) for t in tps if t != base_tp]
         family_jobs: list[tuple[str, PlanJob]] = []
         for mml, tp in combos:
             key = f"{name}|{mml}|{tp}"
-            try:
-                job_scenario = scenario.with_overrides(
-                    allocator=name, max_model_len=mml, tensor_parallel_size=tp
-                )
-            except ValueError as exc:
-                from sim.sweeps.spec import one_line
-
-                raise CapacityError(
-                    f"allocator={name}, max_model_len={mml}, TP={tp}: {one_line(exc)}"
-                ) from exc
+            job_scenario, refusal = row_scenario(scenario, name, mml, tp)
+            if job_scenario is None:
+                skipped_rows[f"{name} {mml}/TP{tp}"] = str(refusal)
+                continue
             family_jobs.append(
                 (
                     key,
                     PlanJob(
-                        name, mml, tp, job_scenario, slo, rel_tol, rate_bracket, queue_slope_tolerance, True
+                        name,
+                        mml,
+                        tp,
+                        job_scenario,
+                        slo,
+                        rel_tol,
+                        rate_bracket,
+                        queue_slope_tolerance,
+                        True,
+                        sizing,
+                        tally_path,
                     ),
                 )
             )
-        if not allocators:
+        if not allocators and family_jobs:
             # Not asked for by name: a family that refuses this model at every row is left out with
             # one line (an allocator the user named keeps failing its rows with its own error).
             refusals = [_refusal(job.scenario) for _, job in family_jobs]
@@ -356,6 +393,9 @@ def capacity(
                 continue
         plan_jobs.extend(family_jobs)
 
+    if not plan_jobs:
+        reasons = "; ".join(f"{key}: {why}" for key, why in skipped_rows.items())
+        raise CapacityError(f"no row of the plan can run: {reasons or 'no allocator left'}")
     executor = make_executor(
         jobs=min(jobs or os.cpu_count() or 1, len(plan_jobs))
         if scheduler is None and dask_local is None
@@ -365,13 +405,19 @@ def capacity(
     )
     rows_by_key: dict[str, dict[str, Any]] = {}
     failures: dict[str, str] = {}
+    simulations = 0
+    if progress is not None:
+        progress(0, len(plan_jobs), 0)
     try:
         for outcome in executor.map_unordered(_plan_one_safe, plan_jobs):
             value = outcome.value
             if outcome.ok and isinstance(value, dict) and "error" not in value:
                 rows_by_key[outcome.key] = value
+                simulations += count_simulations(value)
             else:
                 failures[outcome.key] = value["error"] if isinstance(value, dict) else outcome.error
+            if progress is not None:
+                progress(len(rows_by_key) + len(failures), len(plan_jobs), simulations)
     finally:
         executor.close()
     rows = [rows_by_key[key] for key, _ in plan_jobs if key in rows_by_key]
@@ -392,7 +438,44 @@ def capacity(
         skipped=skipped,
         queue_slope_tolerance=queue_slope_tolerance,
         gpu_hour_cost=gpu_hour_cost,
+        skipped_rows=skipped_rows,
+        sizing=sizing,
     )
+
+
+def count_simulations(row: dict[str, Any]) -> int:
+    """How many simulations a finished row ran (its evidence lists)."""
+    return sum(len(row.get(key, [])) for key in RUN_LISTS)
+
+
+RUN_LISTS = ("max_concurrency_runs", "throughput_runs", "max_rate_runs", "confirmation_runs")
+
+
+def row_scenario(scenario: Any, allocator: str, max_model_len: int, tp: int) -> tuple[Any, str | None]:
+    """The row's scenario, or (None, why) when the row cannot run as asked.
+
+    Checked per row, so that `--tensor-parallel-size 2,4,8` plans a model whose weights do not fit
+    one GPU: the rows that fit are planned, the others are skipped with their reason. Two refusals:
+    the scenario's own (weights larger than the GPU at that TP, no memory left for KV), and vLLM's
+    start-up check that the KV cache holds one request of max_model_len tokens (vLLM v1
+    `vllm/v1/core/kv_cache_utils.py` `check_enough_kv_cache_memory`; v0 `vllm/worker/worker.py`
+    `raise_if_cache_size_invalid`): vLLM refuses to start such an engine, so no rate is served.
+    """
+    from sim.sweeps.spec import one_line
+
+    try:
+        row = scenario.with_overrides(
+            allocator=allocator, max_model_len=max_model_len, tensor_parallel_size=tp
+        )
+    except ValueError as exc:
+        return None, one_line(exc)
+    kv_tokens = int(row.kv_capacity_tokens())
+    if kv_tokens < max_model_len:
+        return None, (
+            f"vLLM would refuse to start: its KV cache holds {kv_tokens:,} tokens, fewer than one "
+            f"max_model_len={max_model_len:,} request (lower --max-model-len or raise the TP size)"
+        )
+    return row, None
 
 
 def _plan_one_safe(job: PlanJob) -> dict[str, Any]:

@@ -35,9 +35,10 @@ def check_gpu_hour_cost(value: float | None) -> float | None:
 
 
 def output_tokens_per_request(row: dict[str, Any]) -> float | None:
-    """Mean output tokens per completed request in the probe run at the row's max rate."""
+    """Mean output tokens per completed request in the run at the row's max rate (its confirmation)."""
     rate = row.get("max_rate_req_s")
-    for record in reversed(row.get("max_rate_runs") or []):
+    runs = [*(row.get("max_rate_runs") or []), *(row.get("confirmation_runs") or [])]
+    for record in reversed(runs):
         if record.get("request_rate") == rate and record.get("request_throughput"):
             return float(record["output_throughput"]) / float(record["request_throughput"])
     return None

@@ -17,6 +17,7 @@ from sim.errors import CapacityError
 
 DEFAULT_QUEUE_SLOPE_TOLERANCE = 0.05  # stable iff the queue grows by <= this fraction of the arrival rate
 MIN_SPAN_LIFETIMES = 4.0  # a probe's arrivals must span this many mean request latencies
+SLOPE_GRID_POINTS = 512  # the in-system count is sampled at this many evenly spaced instants of the window
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,19 +77,42 @@ def queue_slope_req_s(steps: Any, start_s: float, end_s: float) -> float:
     return float(np.sum(weights * (time_s - mean_t) * (queue - mean_q)) / spread)
 
 
+def in_system_slope_req_s(requests: Any, start_s: float, end_s: float) -> float:
+    """Least-squares slope (req/s) of the requests in the system (arrived, unfinished) in [start_s, end_s].
+
+    Why besides the waiting queue: with a large `max_num_seqs` (vLLM v1: 1024 on an H100) an overloaded
+    server first hides its backlog in the running batch, which keeps growing while the waiting queue
+    stays empty (issue 20: probes marked stable grew by 5-10 req/s). Arrived-minus-finished counts both.
+    Computed from the request table (exact arrival and finish times), sampled on an even grid of
+    SLOPE_GRID_POINTS instants, so it does not depend on which step rows the metrics kept.
+    """
+    if len(requests) == 0 or end_s <= start_s:
+        return 0.0
+    arrival_s = np.sort(requests["arrival_s"].to_numpy(dtype=np.float64))
+    finish_s = requests["finish_s"].to_numpy(dtype=np.float64)
+    finish_s = np.sort(np.where(np.isfinite(finish_s), finish_s, np.inf))
+    grid_s = np.linspace(start_s, end_s, SLOPE_GRID_POINTS)
+    in_system = np.searchsorted(arrival_s, grid_s, side="right") - np.searchsorted(
+        finish_s, grid_s, side="right"
+    )
+    centred_s = grid_s - grid_s.mean()
+    return float(np.dot(centred_s, in_system - in_system.mean()) / np.dot(centred_s, centred_s))
+
+
 def judge_run(
     run: Any,
     rate_req_s: float,
     slo: Slo | None,
     queue_slope_tolerance: float = DEFAULT_QUEUE_SLOPE_TOLERANCE,
 ) -> tuple[bool, dict[str, Any]]:
-    """Is this rate sustainable? (SLO holds) and (no request rejected) and (the queue is stable).
+    """Is this rate sustainable? (SLO holds) and (no request rejected) and (queue and batch are stable).
 
     `slo=None` judges stability alone (no rejection, stable queue, long enough): the question "at
     which rate does the queue start to grow", with exactly the rule `kvsim capacity` applies.
 
     Stable: the waiting queue's fitted slope over the second half of the arrivals (T/2 to T, T the
-    arrival span; `queue_slope_req_s`) is at most `queue_slope_tolerance` x the arrival rate. A run
+    arrival span; `queue_slope_req_s`) is at most `queue_slope_tolerance` x the arrival rate, and so
+    is the slope of everything in the system, waiting or running (`in_system_slope_req_s`). A run
     can only show that when its arrivals span at least MIN_SPAN_LIFETIMES mean request latencies
     (the second half then starts after the warm-up); a shorter passing run is judged "too short"
     (`evidence["too_short"]`) and the caller reruns it with more prompts.
@@ -96,8 +120,11 @@ def judge_run(
     """
     metrics = run.summary["metrics"]
     arrival_s = run.requests["arrival_s"].to_numpy(dtype=np.float64)
-    last_arrival_s = float(arrival_s.max() - arrival_s.min()) if arrival_s.size else 0.0
-    slope = queue_slope_req_s(run.steps, last_arrival_s / 2.0, last_arrival_s)
+    first_arrival_s = float(arrival_s.min()) if arrival_s.size else 0.0
+    last_arrival_s = float(arrival_s.max()) - first_arrival_s if arrival_s.size else 0.0
+    window_s = (first_arrival_s + last_arrival_s / 2.0, first_arrival_s + last_arrival_s)
+    slope = queue_slope_req_s(run.steps, *window_s)
+    system_slope = in_system_slope_req_s(run.requests, *window_s)
     mean_e2el_s = (metric_value(metrics, "mean_e2el_ms") or 0.0) / 1e3
     evidence: dict[str, Any] = {
         "rate_req_s": rate_req_s,
@@ -107,6 +134,7 @@ def judge_run(
         "p99_tpot_ms": metric_value(metrics, "p99_tpot_ms"),
         "mean_normalized_latency_s_per_token": metric_value(metrics, "mean_normalized_latency_s_per_token"),
         "queue_slope_req_s": slope,
+        "in_system_slope_req_s": system_slope,
         "queue_growth": metric_value(metrics, "queue_growth"),
         "completed": int(metrics.get("completed", 0)),
         "rejected": int(metrics.get("rejected", 0)),
@@ -117,6 +145,7 @@ def judge_run(
         reasons.append(f"{evidence['rejected']} request(s) rejected")
     if slope > queue_slope_tolerance * rate_req_s:
         reasons.append(f"queue grows {slope:.3g} req/s > {queue_slope_tolerance:g} x rate")
+    batch_grows = slope <= queue_slope_tolerance * rate_req_s < system_slope
     checks = (
         ()
         if slo is None
@@ -138,15 +167,27 @@ def judge_run(
         if value is None or not math.isfinite(value) or value > bound * scale:
             shown = "n/a" if value is None else f"{value:.4g}"
             reasons.append(f"{label} {shown} > {bound * scale:g}")
-    # A run shorter than a few request lifetimes is a burst the server absorbs, not a steady state.
-    evidence["too_short"] = not reasons and last_arrival_s < MIN_SPAN_LIFETIMES * mean_e2el_s
-    if evidence["too_short"]:
+    # Not settled yet, so a longer run must decide (`too_short`, the caller reruns with more prompts):
+    # a run shorter than a few request lifetimes is a burst the server absorbs, not a steady state;
+    # and a batch that still grows may be filling towards a level it holds (near saturation that
+    # takes many lifetimes) or may never stop. Either way the verdict is "fail" until a longer run
+    # shows the SLO met with a stationary batch.
+    short = last_arrival_s < MIN_SPAN_LIFETIMES * mean_e2el_s
+    evidence["too_short"] = not reasons and (short or batch_grows)
+    if batch_grows:
+        reasons.append(
+            f"running batch grows: {system_slope:.3g} req/s more in the system > "
+            f"{queue_slope_tolerance:g} x rate"
+        )
+    if short and not reasons:
         reasons.append(
             f"too short to judge: arrivals span {last_arrival_s:.3g} s < {MIN_SPAN_LIFETIMES:g} x mean "
             f"latency {mean_e2el_s:.3g} s"
         )
     evidence["ok"] = not reasons
-    evidence["reason"] = "; ".join(reasons) if reasons else ("SLO met, " if slo else "") + "queue stable"
+    evidence["reason"] = (
+        "; ".join(reasons) if reasons else ("SLO met, " if slo else "") + "queue and batch stable"
+    )
     return not reasons, evidence
 
 
