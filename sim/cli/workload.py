@@ -150,10 +150,15 @@ def register(app: typer.Typer) -> None:
         else:
             typer.echo(format_summary(summary))
         if plot:
-            from sim.files import adopt_files
+            from sim.files import adopt_files, write_error
+            from sim.output_lock import claim_output
 
-            written = workloads.plot(df, plot)
-            adopt_files([written], "describe-plot")
+            with claim_output(plot, what="--plot") as target:  # one writer of the figure
+                try:
+                    written = workloads.plot(df, plot)
+                except OSError as exc:  # a full disk: matplotlib's error names no file
+                    raise write_error("--plot", target, exc) from None
+                adopt_files([written], "describe-plot")
             typer.echo(f"figure written to {written}")
 
     @group.command("list")
