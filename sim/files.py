@@ -108,9 +108,9 @@ def read_text_bounded(path: str | os.PathLike[str], *, what: str, limit_bytes: i
     """
     source = Path(path)
     try:
-        with open(source, "rb") as handle:
-            mode = os.fstat(handle.fileno()).st_mode
-            if not stat.S_ISREG(mode):
+        # O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer, forever
+        with open(os.open(source, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC), "rb") as handle:
+            if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
                 raise KvsimError(f"{source}: {what} must be a regular file (this is not)")
             raw = handle.read(limit_bytes + 1)
     except FileNotFoundError:
