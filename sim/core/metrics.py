@@ -486,6 +486,17 @@ def backlog_growth_req_per_s(requests: pd.DataFrame) -> float:
     return (in_system(end_s) - in_system(start_s)) / (end_s - start_s)
 
 
+# |share| below this (a billionth of a percent) is float rounding of sums that cancel, not memory:
+# `--block-size 1` wrote kv_reservation_pct = -1.6e-17 (issue 23). No real part is that small.
+NOISE_PCT = 1e-9
+
+
+def _denoised_pct(part_token_s: float, span_token_s: float) -> float:
+    """100 x part / span, with rounding noise around zero written as 0.0."""
+    pct = 100.0 * part_token_s / span_token_s
+    return 0.0 if abs(pct) < NOISE_PCT else pct
+
+
 def summarize(
     requests: pd.DataFrame,
     steps: pd.DataFrame,
@@ -555,7 +566,7 @@ def summarize(
     part_token_s = {name: float(totals.get(f"{name}_token_s", 0.0)) for name in INTEGRATED_PARTS}
     for name, value in part_token_s.items():
         empty_span_pct = 100.0 if name == "free" else 0.0
-        metrics[f"kv_{name}_pct"] = 100.0 * value / span_token_s if span_token_s > 0 else empty_span_pct
+        metrics[f"kv_{name}_pct"] = _denoised_pct(value, span_token_s) if span_token_s > 0 else empty_span_pct
     allocated = sum(value for name, value in part_token_s.items() if name != "free")
     token_states = part_token_s["token_states"]
     metrics["waste_pct"] = 100.0 * (1.0 - token_states / allocated) if allocated > 0 else 0.0
