@@ -90,22 +90,31 @@ def test_full_disk_during_run_is_one_line_and_leaves_nothing(
 def test_full_disk_during_compare_leaves_no_compare_folder(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import sim.results
+    calls: list[str] = []
+    original = pd.DataFrame.to_parquet
 
-    calls: list[Path] = []
-    original = sim.results.replace_folder
-
-    def second_write_fails(path: Path, *args: object, **kwargs: object) -> Path:
-        calls.append(Path(path))
-        if len(calls) == 2:
+    def second_run_fails(self: pd.DataFrame, path: object, *args: object, **kwargs: object) -> None:
+        calls.append(str(path))
+        if len(calls) == 3:  # the first run folder is complete (requests, steps); the second is not
             _disk_full()
-        return original(path, *args, **kwargs)
+        original(self, path, *args, **kwargs)
 
-    monkeypatch.setattr(sim.results, "replace_folder", second_write_fails)
+    monkeypatch.setattr(pd.DataFrame, "to_parquet", second_run_fails)
     out = tmp_path / "cmp"
     line = one_line(["compare", "--allocators", "paged,contiguous", *SMALL, "--output", str(out)])
-    assert line == "error: cannot write output: No space left on device"
+    assert line.startswith(f"error: results folder {out}/") and line.endswith(
+        ": cannot write (No space left on device)"
+    )
     assert list(tmp_path.iterdir()) == []  # was: cmp/ holding only kvsim-output.json
+
+
+def test_a_disk_error_from_any_other_writer_is_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sim.api, "simulate", lambda *a, **k: _disk_full())
+    line = one_line(["run", *SMALL, "--output", str(tmp_path / "run")])
+    assert line == "error: cannot write output: No space left on device"
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_full_disk_during_report_leaves_no_report_folder(
