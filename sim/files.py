@@ -4,9 +4,11 @@ Why one module: kvsim's outputs (results folders, reports, sweep tables, capacit
 are read later by people and programs that did not watch them being written, and they live next to
 the user's own files. Three promises hold for every command, and they are kept here once:
 
-1. **Atomic.** A file is written to a temporary sibling and moved into place with `os.replace`
-   (mode 0644, whatever mkstemp made); a folder is built as a temporary sibling and renamed. A crash
-   leaves the previous version or the new one, never half of one.
+1. **Atomic.** A file or folder is built in a staging folder beside its target and moved into
+   place with `os.replace` (files mode 0644). A crash leaves the previous version or the new one,
+   never half of one. A staging folder names its host and PID (`STAGING_MARKER`), so one left by a
+   killed process is cleared by the next write there, and nothing else ever is; a write that fails
+   (a full disk) is one line naming the output (`write_error`).
 2. **One JSON rule** (docs/metrics.md, "JSON numbers"): NaN (undefined, e.g. TPOT of 1-token outputs)
    is written as `null`; ±inf (e.g. an unbounded request rate) as the strings `"inf"` / `"-inf"`,
    which pydantic and `float()` read back. Output is strict JSON (`allow_nan=False`).
@@ -616,15 +618,13 @@ def publish_files(
     Every file is first staged in a hidden folder inside `folder` (same filesystem, so every move is
     a rename). The marker lists old and new hashes while the moves run, so a crash part-way leaves
     every file recognisable as kvsim's; afterwards only the new ones. `remove` names only files the
-    marker lists unchanged; others are left alone. The caller checked the folder and each target.
+    marker lists unchanged; others are left alone. The caller checked the folder and each target,
+    and turns an OSError (a full disk) into one line naming its output (`write_error`).
     """
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        check_no_links_inside(folder, [rel for rel, _ in files], what=f"{kind} folder")
-        with staging_folder(folder, kind) as staging:
-            _publish_staged(folder, kind, staging, files, remove)
-    except OSError as exc:
-        raise write_error(f"{kind} folder", folder, exc) from None
+    folder.mkdir(parents=True, exist_ok=True)
+    check_no_links_inside(folder, [rel for rel, _ in files], what=f"{kind} folder")
+    with staging_folder(folder, kind) as staging:
+        _publish_staged(folder, kind, staging, files, remove)
 
 
 def _publish_staged(
