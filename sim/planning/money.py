@@ -34,7 +34,7 @@ def check_gpu_hour_cost(value: float | None) -> float | None:
         return None
     if not (isinstance(value, int | float) and math.isfinite(value) and 0 < value <= MAX_GPU_HOUR_COST_USD):
         raise KvsimError(
-            f"argument 'gpu_hour_cost': must be a number > 0 and at most {MAX_GPU_HOUR_COST_USD:,.0f} "
+            f"argument 'gpu_hour_cost': must be a finite number > 0 and at most {MAX_GPU_HOUR_COST_USD:,.0f} "
             f"USD per GPU-hour (got {value!r})"
         )
     return float(value)

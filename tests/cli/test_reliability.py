@@ -372,7 +372,7 @@ def test_plot_is_written_0644_like_every_other_output(tmp_path: Path) -> None:
 def test_gpu_hour_cost_is_bounded() -> None:
     line = one_line(["report", "no-such-folder", "--gpu-hour-cost", "1e308"])
     assert line == (
-        "error: --gpu-hour-cost: must be a number > 0 and at most 10,000 USD per GPU-hour (got 1e+308)"
+        "error: --gpu-hour-cost: must be a finite number > 0 and at most 10,000 USD per GPU-hour (got 1e+308)"
     )
 
 
