@@ -150,14 +150,12 @@ def register(app: typer.Typer) -> None:
         else:
             typer.echo(format_summary(summary))
         if plot:
-            from sim.files import adopt_files, write_error
+            from sim.files import adopt_files, write_file_atomic
             from sim.output_lock import claim_output
 
-            with claim_output(plot, what="--plot") as target:  # one writer of the figure
-                try:
-                    written = workloads.plot(df, plot)
-                except OSError as exc:  # a full disk: matplotlib's error names no file
-                    raise write_error("--plot", target, exc) from None
+            # one writer of the figure; drawn in a staging folder (cleared if this process is killed)
+            with claim_output(plot, what="--plot") as target:
+                written = write_file_atomic(target, lambda path: workloads.plot(df, path), what="--plot")
                 adopt_files([written], "describe-plot")
             typer.echo(f"figure written to {written}")
 

@@ -258,6 +258,41 @@ def test_sigterm_is_handled_like_ctrl_c_with_exit_143(tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == []  # no results folder, no staging folder, no lock
 
 
+def test_sigterm_to_a_sweep_and_its_workers_saves_cells_and_exits_143(tmp_path: Path) -> None:
+    spec = tmp_path / "slow.toml"
+    spec.write_text(
+        'name = "slow"\n[base]\nkv_cache_memory = "2GiB"\nmax_model_len = 2048\n'
+        "[grid]\nnum_prompts = [20, 20000, 20001, 20002]\n",
+        encoding="utf-8",
+    )
+    out = tmp_path / "out"
+    command = [sys.executable, "-m", "sim.cli", "sweep", str(spec), "--jobs", "2", "--output", str(out)]
+    process = subprocess.Popen(
+        [*command, "--no-progress"],
+        cwd=REPO_ROOT,
+        start_new_session=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 120  # a guard against a hang, not a timing assertion
+    try:
+        while not list((out / "cells").glob("*/summary.json")):
+            assert process.poll() is None, process.communicate()
+            assert time.monotonic() < deadline, "no cell finished within 120 s"
+            time.sleep(0.02)
+        os.killpg(process.pid, signal.SIGTERM)  # as `timeout` and batch schedulers do: the whole group
+        _, err = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    assert process.returncode == 143, err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert lines[0].startswith(f"terminated (SIGTERM): {out.resolve()}: ") and "cells saved" in lines[0]
+
+
 # ------------------------------------------------------------------------------- 6: symbolic links
 
 
