@@ -16,12 +16,12 @@ import signal
 import stat
 import subprocess
 import sys
-import time
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import pandas as pd
 import pytest
+from _signal_helpers import signal_when, slow_sweep_spec
 
 import sim.api
 from sim.cli import main
@@ -236,58 +236,27 @@ def test_staging_folder_is_removed_on_the_way_out(tmp_path: Path) -> None:
 
 def test_sigterm_is_handled_like_ctrl_c_with_exit_143(tmp_path: Path) -> None:
     out = tmp_path / "run"
-    command = [sys.executable, "-m", "sim.cli", "run", "--num-prompts", "200000", "--quiet", "-o", str(out)]
-    process = subprocess.Popen(
-        command, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
     lock = tmp_path / f"{LOCK_PREFIX}run"
-    deadline = time.monotonic() + 120  # a guard against a hang, not a timing assertion
-    try:
-        while not lock.exists():  # the lock is taken after the checks, right before simulating
-            assert process.poll() is None, process.communicate()
-            assert time.monotonic() < deadline, "the run did not start within 120 s"
-            time.sleep(0.02)
-        process.send_signal(signal.SIGTERM)  # `kill`, `timeout`, a batch scheduler
-        _, err = process.communicate(timeout=120)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-    assert process.returncode == 143, err
+    returncode, err = signal_when(
+        ["run", "--num-prompts", "200000", "--quiet", "-o", str(out)],
+        ready=lock.exists,  # the lock is taken after the checks, right before simulating
+        signum=signal.SIGTERM,  # `kill`, `timeout`, a batch scheduler
+        what="the run did not start",
+    )
+    assert returncode == 143, err
     assert err == "terminated (SIGTERM): nothing was written (no output is left half-written)\n"
     assert list(tmp_path.iterdir()) == []  # no results folder, no staging folder, no lock
 
 
 def test_sigterm_to_a_sweep_and_its_workers_saves_cells_and_exits_143(tmp_path: Path) -> None:
-    spec = tmp_path / "slow.toml"
-    spec.write_text(
-        'name = "slow"\n[base]\nkv_cache_memory = "2GiB"\nmax_model_len = 2048\n'
-        "[grid]\nnum_prompts = [20, 20000, 20001, 20002]\n",
-        encoding="utf-8",
-    )
     out = tmp_path / "out"
-    command = [sys.executable, "-m", "sim.cli", "sweep", str(spec), "--jobs", "2", "--output", str(out)]
-    process = subprocess.Popen(
-        [*command, "--no-progress"],
-        cwd=REPO_ROOT,
-        start_new_session=True,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+    returncode, err = signal_when(
+        ["sweep", str(slow_sweep_spec(tmp_path)), "--jobs", "2", "--output", str(out), "--no-progress"],
+        ready=lambda: bool(list((out / "cells").glob("*/summary.json"))),
+        signum=signal.SIGTERM,  # as `timeout` and batch schedulers send it: to the whole group
+        what="no cell finished",
     )
-    deadline = time.monotonic() + 120  # a guard against a hang, not a timing assertion
-    try:
-        while not list((out / "cells").glob("*/summary.json")):
-            assert process.poll() is None, process.communicate()
-            assert time.monotonic() < deadline, "no cell finished within 120 s"
-            time.sleep(0.02)
-        os.killpg(process.pid, signal.SIGTERM)  # as `timeout` and batch schedulers do: the whole group
-        _, err = process.communicate(timeout=120)
-    finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-    assert process.returncode == 143, err
+    assert returncode == 143, err
     lines = [line for line in err.splitlines() if line.strip()]
     assert len(lines) == 1 and "Traceback" not in err, err
     assert lines[0].startswith(f"terminated (SIGTERM): {out.resolve()}: ") and "cells saved" in lines[0]
