@@ -67,6 +67,8 @@ _FOREIGN_SHOWN = 5
 # Bound on what kvsim reads from a config or spec file (a TOML scenario, a sweep spec, a config.json):
 # the largest real config.json (a multimodal one) is ~0.1 MB; this refuses /dev/zero and 1 GB files.
 MAX_CONFIG_BYTES = 16 * 1024 * 1024
+# Bound on a calibration profile (a measured grid, JSON or CSV): ample for any real grid (~1 MB).
+MAX_PROFILE_BYTES = 256 * 1024 * 1024
 
 
 class OutputPathError(KvsimError):
@@ -102,6 +104,29 @@ def dumps_json(value: Any, *, indent: int | None = 2) -> str:
     return text + "\n" if indent is not None else text
 
 
+def _refuse_unreadable_kind(source: Path, st: os.stat_result, what: str, limit_bytes: int) -> None:
+    """One line for an input that is not a regular file, or is larger than a config can be."""
+    if not stat.S_ISREG(st.st_mode):
+        raise KvsimError(f"{source}: {what} must be a regular file (this is not)")
+    if st.st_size > limit_bytes:
+        raise KvsimError(f"{source}: {what} is larger than {limit_bytes // 2**20} MiB (not a {what}?)")
+
+
+def check_input_file(path: str | os.PathLike[str], *, what: str, limit_bytes: int = MAX_CONFIG_BYTES) -> None:
+    """Refuse, before a reader opens it, an input file that is a device, a FIFO or far too large.
+
+    For readers that open the file themselves (a calibration profile: `gpu.profile`, the linear-layer
+    CSV): `--calibration /dev/zero` read until the OOM killer came. A missing file is left to the
+    reader, which names it in its own words.
+    """
+    source = Path(path)
+    try:
+        st = os.stat(source)
+    except OSError:
+        return
+    _refuse_unreadable_kind(source, st, what, limit_bytes)
+
+
 def read_text_bounded(path: str | os.PathLike[str], *, what: str, limit_bytes: int = MAX_CONFIG_BYTES) -> str:
     """The UTF-8 text of the config or spec file `path`; one-line KvsimError naming it otherwise.
 
@@ -112,15 +137,14 @@ def read_text_bounded(path: str | os.PathLike[str], *, what: str, limit_bytes: i
     try:
         # O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer, forever
         with open(os.open(source, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC), "rb") as handle:
-            if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
-                raise KvsimError(f"{source}: {what} must be a regular file (this is not)")
+            _refuse_unreadable_kind(source, os.fstat(handle.fileno()), what, limit_bytes)
             raw = handle.read(limit_bytes + 1)
     except FileNotFoundError:
         raise KvsimError(f"{source}: {what} not found") from None
     except OSError as exc:
         raise KvsimError(f"{source}: cannot read {what} ({exc.strerror or type(exc).__name__})") from None
-    if len(raw) > limit_bytes:
-        raise KvsimError(f"{source}: {what} is larger than {limit_bytes // 2**20} MiB (not a config file?)")
+    if len(raw) > limit_bytes:  # a file that grew since fstat
+        raise KvsimError(f"{source}: {what} is larger than {limit_bytes // 2**20} MiB (not a {what}?)")
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:

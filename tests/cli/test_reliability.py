@@ -179,6 +179,16 @@ def test_available_memory_is_read_from_this_machine() -> None:
     assert available is None or available > 0
 
 
+@pytest.mark.parametrize("name", ["/dev/zero", "fifo.json", "fifo.csv"])
+def test_a_calibration_that_is_not_a_regular_file_is_refused_unread(tmp_path: Path, name: str) -> None:
+    path = Path(name) if name.startswith("/") else tmp_path / name
+    if not name.startswith("/"):
+        os.mkfifo(path)  # the CSV reader waited for a writer forever; /dev/zero ran out of memory
+    line = one_line(["run", "--calibration", str(path), *SMALL, "--output", str(tmp_path / "o")])
+    assert line.endswith(f"{path}: calibration profile must be a regular file (this is not)"), line
+    assert not (tmp_path / "o").exists()
+
+
 def test_a_rate_that_spreads_arrivals_over_centuries_names_the_rate() -> None:
     line = one_line(["run", "--request-rate", "1e-300", *SMALL])
     assert line.startswith("error: --request-rate (field 'workload.request_rate'): 4 requests at 1e-300")
