@@ -183,10 +183,16 @@ def _sha256(path: Path) -> str:
 
 
 def _fill(path: Path, content: bytes | str | Callable[[Path], None]) -> None:
+    """Write `content` to `path`; text as UTF-8, with undecodable file-name bytes as `\\udcff`.
+
+    Why backslashreplace: a trace named with non-UTF-8 bytes reaches a report through summary.json
+    as a lone surrogate, which strict UTF-8 cannot encode (a traceback after rendering, issue 23);
+    every other text is written unchanged.
+    """
     if isinstance(content, bytes):
         path.write_bytes(content)
     elif isinstance(content, str):
-        path.write_text(content, encoding="utf-8")
+        path.write_bytes(content.encode("utf-8", errors="backslashreplace"))
     else:
         content(path)
 

@@ -323,6 +323,17 @@ def test_non_utf8_report_and_plot_names_are_refused(tmp_path: Path, run_folder: 
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_trace_with_a_non_utf8_name_reaches_the_report_escaped(tmp_path: Path) -> None:
+    trace = os.fsdecode(os.fsencode(tmp_path) + b"/tr\xff.csv")
+    Path(trace).write_text("arrival_s,prompt_tokens,output_tokens\n0,10,5\n1,20,5\n", encoding="utf-8")
+    code, _, err = cli(["run", "--workload", trace, "--quiet", "--output", str(tmp_path / "run")])
+    assert code == 0, err
+    code, _, err = cli(["report", str(tmp_path / "run"), "--output", str(tmp_path / "rep")])
+    assert code == 0, err  # was: UnicodeEncodeError after rendering
+    page = (tmp_path / "rep" / "report.html").read_text(encoding="utf-8")
+    assert "tr\\udcff.csv" in page
+
+
 # --------------------------------------------------------------------- 8: two writers, one output
 
 
