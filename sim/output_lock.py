@@ -47,7 +47,7 @@ def _acquire(lock: Path, target: Path, what: str) -> int:
             fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
         except OSError as exc:
             raise OutputPathError(
-                f"{what} {target}: cannot take the lock {lock.name} ({exc.strerror or type(exc).__name__})"
+                f"{what} {target}: cannot write in {lock.parent} ({exc.strerror or type(exc).__name__})"
             ) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
