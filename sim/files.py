@@ -4,9 +4,11 @@ Why one module: kvsim's outputs (results folders, reports, sweep tables, capacit
 are read later by people and programs that did not watch them being written, and they live next to
 the user's own files. Three promises hold for every command, and they are kept here once:
 
-1. **Atomic.** A file is written to a temporary sibling and moved into place with `os.replace`
-   (mode 0644, whatever mkstemp made); a folder is built as a temporary sibling and renamed. A crash
-   leaves the previous version or the new one, never half of one.
+1. **Atomic.** A file or folder is built in a staging folder beside its target and moved into
+   place with `os.replace` (files mode 0644). A crash leaves the previous version or the new one,
+   never half of one. A staging folder names its host and PID (`STAGING_MARKER`), so one left by a
+   killed process is cleared by the next write there, and nothing else ever is; a write that fails
+   (a full disk) is one line naming the output (`write_error`).
 2. **One JSON rule** (docs/metrics.md, "JSON numbers"): NaN (undefined, e.g. TPOT of 1-token outputs)
    is written as `null`; ±inf (e.g. an unbounded request rate) as the strings `"inf"` / `"-inf"`,
    which pydantic and `float()` read back. Output is strict JSON (`allow_nan=False`).
@@ -28,9 +30,11 @@ import json
 import math
 import os
 import shutil
-import tempfile
+import socket
+import stat
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -55,8 +59,16 @@ FILE_MODE = 0o644
 # cells, staging folders of an interrupted write): kvsim's, whatever they hold.
 TRANSIENT_NAMES = frozenset({".lock", ".partial"})
 STAGING_PREFIX = ".kvsim-tmp-"
+# Inside every staging folder: who made it (kvsim, this host, this PID). A later write clears a
+# staging folder only when this file says kvsim made it and its process is gone (`clear_stale_staging`).
+STAGING_MARKER = ".kvsim-staging.json"
 SUMMARY_FILE = "summary.json"
 _FOREIGN_SHOWN = 5
+# Bound on what kvsim reads from a config or spec file (a TOML scenario, a sweep spec, a config.json):
+# the largest real config.json (a multimodal one) is ~0.1 MB; this refuses /dev/zero and 1 GB files.
+MAX_CONFIG_BYTES = 16 * 1024 * 1024
+# Bound on a calibration profile (a measured grid, JSON or CSV): ample for any real grid (~1 MB).
+MAX_PROFILE_BYTES = 256 * 1024 * 1024
 
 
 class OutputPathError(KvsimError):
@@ -92,6 +104,53 @@ def dumps_json(value: Any, *, indent: int | None = 2) -> str:
     return text + "\n" if indent is not None else text
 
 
+def _refuse_unreadable_kind(source: Path, st: os.stat_result, what: str, limit_bytes: int) -> None:
+    """One line for an input that is not a regular file, or is larger than a config can be."""
+    if not stat.S_ISREG(st.st_mode):
+        raise KvsimError(f"{source}: {what} must be a regular file (this is not)")
+    if st.st_size > limit_bytes:
+        raise KvsimError(f"{source}: {what} is larger than {limit_bytes // 2**20} MiB (not a {what}?)")
+
+
+def check_input_file(path: str | os.PathLike[str], *, what: str, limit_bytes: int = MAX_CONFIG_BYTES) -> None:
+    """Refuse, before a reader opens it, an input file that is a device, a FIFO or far too large.
+
+    For readers that open the file themselves (a calibration profile: `gpu.profile`, the linear-layer
+    CSV): `--calibration /dev/zero` read until the OOM killer came. A missing file is left to the
+    reader, which names it in its own words.
+    """
+    source = Path(path)
+    try:
+        st = os.stat(source)
+    except OSError:
+        return
+    _refuse_unreadable_kind(source, st, what, limit_bytes)
+
+
+def read_text_bounded(path: str | os.PathLike[str], *, what: str, limit_bytes: int = MAX_CONFIG_BYTES) -> str:
+    """The UTF-8 text of the config or spec file `path`; one-line KvsimError naming it otherwise.
+
+    Why bounded and regular-only: `--config /dev/zero` used to read until MemoryError and a FIFO
+    blocked forever. A config is a small regular file; anything else is refused before reading.
+    """
+    source = Path(path)
+    try:
+        # O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer, forever
+        with open(os.open(source, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC), "rb") as handle:
+            _refuse_unreadable_kind(source, os.fstat(handle.fileno()), what, limit_bytes)
+            raw = handle.read(limit_bytes + 1)
+    except FileNotFoundError:
+        raise KvsimError(f"{source}: {what} not found") from None
+    except OSError as exc:
+        raise KvsimError(f"{source}: cannot read {what} ({exc.strerror or type(exc).__name__})") from None
+    if len(raw) > limit_bytes:  # a file that grew since fstat
+        raise KvsimError(f"{source}: {what} is larger than {limit_bytes // 2**20} MiB (not a {what}?)")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise KvsimError(f"{source}: {what} is not UTF-8 text (byte {exc.start})") from None
+
+
 def read_json(path: Path, *, what: str = "JSON") -> Any:
     """Parsed JSON of `path`; ResultsError naming the file for an unreadable or invalid one."""
     try:
@@ -124,36 +183,119 @@ def _sha256(path: Path) -> str:
 
 
 def _fill(path: Path, content: bytes | str | Callable[[Path], None]) -> None:
+    """Write `content` to `path`; text as UTF-8, with undecodable file-name bytes as `\\udcff`.
+
+    Why backslashreplace: a trace named with non-UTF-8 bytes reaches a report through summary.json
+    as a lone surrogate, which strict UTF-8 cannot encode (a traceback after rendering, issue 23);
+    every other text is written unchanged.
+    """
     if isinstance(content, bytes):
         path.write_bytes(content)
     elif isinstance(content, str):
-        path.write_text(content, encoding="utf-8")
+        path.write_bytes(content.encode("utf-8", errors="backslashreplace"))
     else:
         content(path)
 
 
-def write_file_atomic(path: str | os.PathLike[str], content: bytes | str | Callable[[Path], None]) -> Path:
-    """Write `content` (bytes, text, or a function that writes the given path) to `path` atomically.
-
-    No ownership check: callers check first (`check_output_file`, `publish_files`).
-    """
-    target = Path(path)
-    handle, temp_name = tempfile.mkstemp(prefix=f"{STAGING_PREFIX}{target.name}.", dir=target.parent)
-    os.close(handle)
+def _pid_alive(pid: int) -> bool:
+    """Whether process `pid` exists on this host (another user's process counts as alive)."""
     try:
-        _fill(Path(temp_name), content)
-        os.chmod(temp_name, FILE_MODE)
-        os.replace(temp_name, target)
-    except BaseException:
-        Path(temp_name).unlink(missing_ok=True)
-        raise
-    return target
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    except (OverflowError, ValueError):
+        return False
+    return True
+
+
+def _is_stale_staging(entry: Path) -> bool:
+    """A staging folder kvsim made (its marker says so) whose process on this host is gone."""
+    if not entry.name.startswith(STAGING_PREFIX) or entry.is_symlink() or not entry.is_dir():
+        return False
+    marker = entry / STAGING_MARKER
+    if marker.is_symlink() or not marker.is_file():
+        return False
+    try:
+        data = json.loads(marker.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return False
+    if (
+        not isinstance(data, dict)
+        or data.get("kvsim") != "staging"
+        or data.get("host") != socket.gethostname()
+    ):
+        return False
+    pid = data.get("pid")
+    return isinstance(pid, int) and not isinstance(pid, bool) and pid > 0 and not _pid_alive(pid)
+
+
+def clear_stale_staging(folder: str | os.PathLike[str]) -> list[Path]:
+    """Remove staging folders in `folder` left by a killed kvsim (SIGKILL, power loss); return them.
+
+    Only folders named `.kvsim-tmp-*` that hold kvsim's staging marker naming a process of this host
+    that no longer runs: a user's folder of the same name, a live run's staging, or one made on
+    another host (a shared disk) is never touched.
+    """
+    root = Path(folder)
+    try:
+        entries = [entry for entry in root.iterdir() if _is_stale_staging(entry)]
+    except OSError:
+        return []
+    for entry in entries:
+        shutil.rmtree(entry, ignore_errors=True)
+    return entries
+
+
+@contextmanager
+def staging_folder(parent: Path, label: str) -> Iterator[Path]:
+    """A fresh hidden folder in `parent` for building outputs, removed on the way out.
+
+    It holds kvsim's staging marker (host and PID), so if this process is killed before the way
+    out, the next kvsim write into `parent` recognises and removes it (`clear_stale_staging`).
+    """
+    clear_stale_staging(parent)
+    folder = parent / f"{STAGING_PREFIX}{label}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    folder.mkdir()
+    try:
+        (folder / STAGING_MARKER).write_text(
+            json.dumps({"kvsim": "staging", "host": socket.gethostname(), "pid": os.getpid()}),
+            encoding="utf-8",
+        )
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def write_error(what: str, path: Path, exc: OSError) -> OutputPathError:
     """A late write failure (disk full, folder removed meanwhile) as one line naming the path."""
-    reason = exc.strerror or type(exc).__name__
+    reason = exc.strerror or str(exc) or type(exc).__name__
     return OutputPathError(f"{what} {path}: cannot write ({reason})")
+
+
+def write_file_atomic(
+    path: str | os.PathLike[str],
+    content: bytes | str | Callable[[Path], None],
+    *,
+    what: str = "output file",
+) -> Path:
+    """Write `content` (bytes, text, or a function that writes the given path) to `path` atomically.
+
+    Built in a staging folder beside `path` and renamed into place; a write failure (a full disk)
+    is one OutputPathError line naming `path`, with nothing left behind. No ownership check:
+    callers check first (`check_output_file`, `publish_files`).
+    """
+    target = Path(path)
+    try:
+        with staging_folder(target.parent, target.name) as staging:
+            temp = staging / target.name
+            _fill(temp, content)
+            os.chmod(temp, FILE_MODE)
+            os.replace(temp, target)
+    except OSError as exc:
+        raise write_error(what, target, exc) from None
+    return target
 
 
 # -------------------------------------------------------------------------------------------- markers
@@ -288,7 +430,50 @@ def plain_name(name: str, *, what: str = "field 'name'") -> str:
     """
     if not name or name.strip() != name or name in {".", ".."} or "/" in name or "\\" in name or "\0" in name:
         raise OutputPathError(f"{what} {name!r}: must be a plain name (no '/', not '.' or '..')")
+    if any(ord(char) < 0x20 or ord(char) == 0x7F for char in name):
+        # a newline in a run's name split report.md's table rows; no file name needs a control character
+        raise OutputPathError(f"{what} {name!r}: must not contain control characters (newline, tab, ...)")
+    check_utf8_path(name, what=what)
     return name
+
+
+def shown_path(path: str | os.PathLike[str]) -> str:
+    """`path` printable whatever its bytes: undecodable bytes as \\xNN (the one line must print)."""
+    return os.fsencode(path).decode("utf-8", errors="backslashreplace")
+
+
+def check_utf8_path(path: str | os.PathLike[str], *, what: str = "output folder") -> None:
+    """Refuse a path whose bytes are not UTF-8, before any work.
+
+    Why: kvsim writes output paths into summary.json, markers and reports (UTF-8 text); a name of
+    other bytes (`-o $'bad\\xff'`) passed every other check, ran the whole simulation and then
+    raised UnicodeEncodeError.
+    """
+    try:
+        os.fsencode(path).decode("utf-8")
+    except UnicodeDecodeError:
+        raise OutputPathError(
+            f"{what} {shown_path(path)}: the name is not valid UTF-8; choose a UTF-8 name"
+        ) from None
+
+
+def check_no_links_inside(folder: Path, rels: Iterable[str], *, what: str = "output folder") -> None:
+    """Refuse when a folder on the way from `folder` to any of `rels` is a symbolic link.
+
+    Why: the user named `folder`; a link inside it (`figures -> ../victim`) would carry kvsim's
+    writes somewhere the user did not name. The output folder itself may be a link (named by the
+    user, resolved up front); links below it are never followed.
+    """
+    for rel in rels:
+        parts = Path(rel).parts[:-1]
+        for depth in range(1, len(parts) + 1):
+            inside = folder.joinpath(*parts[:depth])
+            if inside.is_symlink():
+                raise OutputPathError(
+                    f"{what} {folder}: {os.path.relpath(inside, folder)} is a symbolic link; kvsim "
+                    "never writes through a link inside the output folder (remove it or choose another "
+                    "--output)"
+                )
 
 
 def _refused_folder(target: Path) -> str | None:
@@ -316,6 +501,7 @@ def check_output_dir(path: str | os.PathLike[str], *, what: str = "output folder
     Creatable means: the closest existing ancestor is a writable folder (so `mkdir -p` will work).
     Raises OutputPathError naming the path and the obstacle. Creates nothing.
     """
+    check_utf8_path(path, what=what)
     target = _resolve(path)
     existing = _nearest_existing(target)
     if not existing.is_dir():
@@ -379,6 +565,7 @@ def check_output_file(path: str | os.PathLike[str], kind: str, *, what: str = "o
 
     The folder must already exist: a typo in a folder name should not silently create a new tree.
     """
+    check_utf8_path(path, what=what)
     target = _resolve(path)
     parent = target.parent
     if target.is_dir():
@@ -409,6 +596,8 @@ def check_files_in_folder(folder: Path, rels: Iterable[str], *, what: str = "out
     For commands that add files to a folder they do not replace as a whole (a report beside the
     runs it describes): new names are fine, a user's `report.html` is never overwritten.
     """
+    rels = list(rels)
+    check_no_links_inside(folder, rels, what=what)
     clashes = [rel for rel in rels if os.path.lexists(folder / rel) and not _owned_file(folder, rel)]
     if clashes:
         raise OutputPathError(
@@ -444,6 +633,7 @@ def adopt_files(paths: Iterable[str | os.PathLike[str]], kind: str) -> None:
     for path in paths:
         target = _resolve(path)
         if target.is_file():
+            os.chmod(target, FILE_MODE)  # every output is 0644 (a mkstemp file is 0600)
             _update_marker(target.parent, kind, {target.name: [_sha256(target)]})
 
 
@@ -458,36 +648,46 @@ def publish_files(
     Every file is first staged in a hidden folder inside `folder` (same filesystem, so every move is
     a rename). The marker lists old and new hashes while the moves run, so a crash part-way leaves
     every file recognisable as kvsim's; afterwards only the new ones. `remove` names only files the
-    marker lists unchanged; others are left alone. The caller checked the folder and each target.
+    marker lists unchanged; others are left alone. The caller checked the folder and each target,
+    and turns an OSError (a full disk) into one line naming its output (`write_error`).
     """
     folder.mkdir(parents=True, exist_ok=True)
+    check_no_links_inside(folder, [rel for rel, _ in files], what=f"{kind} folder")
+    with staging_folder(folder, kind) as staging:
+        _publish_staged(folder, kind, staging, files, remove)
+
+
+def _publish_staged(
+    folder: Path,
+    kind: str,
+    staging: Path,
+    files: Sequence[tuple[str, bytes | str | Callable[[Path], None]]],
+    remove: Iterable[str],
+) -> None:
+    """`publish_files`' work, from the staging folder it made."""
     marker = read_marker(folder)
     owned = dict(marker["files"]) if marker is not None else {}
-    staging = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=folder))
-    try:
-        staged: list[tuple[str, Path, str]] = []
-        for index, (rel, content) in enumerate(files):
-            temp = staging / f"{index}-{Path(rel).name}"
-            _fill(temp, content)
-            os.chmod(temp, FILE_MODE)
-            staged.append((rel, temp, _sha256(temp)))
-        during: dict[str, Any] = {}
-        for rel, _, digest in staged:
-            old = owned.get(rel)
-            during[rel] = sorted({digest, *(old if isinstance(old, list) else [])})
-            parent = str(Path(rel).parent)
-            if parent != ".":
-                during[parent] = "dir"
-        _update_marker(folder, kind, during)
-        for rel, temp, _ in staged:
-            (folder / rel).parent.mkdir(parents=True, exist_ok=True)
-            os.replace(temp, folder / rel)
-        gone = [rel for rel in remove if _owned_file(folder, rel)]
-        for rel in gone:
-            (folder / rel).unlink()
-        _update_marker(folder, kind, {rel: [digest] for rel, _, digest in staged}, removed=gone)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+    staged: list[tuple[str, Path, str]] = []
+    for index, (rel, content) in enumerate(files):
+        temp = staging / f"{index}-{Path(rel).name}"
+        _fill(temp, content)
+        os.chmod(temp, FILE_MODE)
+        staged.append((rel, temp, _sha256(temp)))
+    during: dict[str, Any] = {}
+    for rel, _, digest in staged:
+        old = owned.get(rel)
+        during[rel] = sorted({digest, *(old if isinstance(old, list) else [])})
+        parent = str(Path(rel).parent)
+        if parent != ".":
+            during[parent] = "dir"
+    _update_marker(folder, kind, during)
+    for rel, temp, _ in staged:
+        (folder / rel).parent.mkdir(parents=True, exist_ok=True)
+        os.replace(temp, folder / rel)
+    gone = [rel for rel in remove if _owned_file(folder, rel)]
+    for rel in gone:
+        (folder / rel).unlink()
+    _update_marker(folder, kind, {rel: [digest] for rel, _, digest in staged}, removed=gone)
 
 
 def replace_folder(
@@ -496,27 +696,26 @@ def replace_folder(
     """Build a `kind` folder with `fill(temp folder)` and rename it into place over `path`.
 
     `path` must pass `check_output_folder` (checked again here: it may have changed since the CLI's
-    up-front check). The previous folder, all kvsim's, is moved aside and deleted only after the new
-    one is in place. Returns the resolved path.
+    up-front check). The new folder is built, and the previous one (all kvsim's) moved aside, inside
+    one staging folder beside `path`, which is removed only after the new one is in place; a killed
+    process leaves that staging folder, which the next write beside `path` clears. A write failure
+    (a full disk) is one OutputPathError line naming `path`, with nothing left behind. Returns the
+    resolved path.
     """
     target = check_output_folder(path, kind, what=what)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.parent / f"{STAGING_PREFIX}{target.name}-{uuid.uuid4().hex[:8]}"
-    tmp.mkdir()
     try:
-        fill(tmp)
-        for entry in tmp.rglob("*"):
-            if entry.is_file():
-                os.chmod(entry, FILE_MODE)
-        mark_folder(tmp, kind)
-        if target.exists():
-            old = target.parent / f"{STAGING_PREFIX}{target.name}-old-{uuid.uuid4().hex[:8]}"
-            os.replace(target, old)
-            os.replace(tmp, target)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, target)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with staging_folder(target.parent, target.name) as staging:
+            new = staging / "new"
+            new.mkdir()
+            fill(new)
+            for entry in new.rglob("*"):
+                if entry.is_file():
+                    os.chmod(entry, FILE_MODE)
+            mark_folder(new, kind)
+            if target.exists():
+                os.replace(target, staging / "old")
+            os.replace(new, target)
+    except OSError as exc:
+        raise write_error(what, target, exc) from None
     return target

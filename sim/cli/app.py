@@ -8,6 +8,7 @@ module that fails to import is an error, never a silently missing command.
 
 from __future__ import annotations
 
+import errno
 import importlib
 import re
 import sys
@@ -87,6 +88,11 @@ def in_flag_words(message: str, argv: list[str]) -> str:
     return re.sub(r"\b(field|argument) '([\w.-]+)'", flag_for, message)
 
 
+# A write that fails for want of space names no file (pyarrow's and matplotlib's errors do not): kvsim's
+# writers name the output themselves (`sim.files.write_error`); this catches any other writer.
+_DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
+
+
 def _usage_line(exc: Exception) -> str:
     """Click's usage error as one line, pointing at the command's --help."""
     message = " ".join(exc.format_message().split())
@@ -96,19 +102,30 @@ def _usage_line(exc: Exception) -> str:
 
 
 def _exit_interrupted() -> None:
-    """Ctrl-C: one line saying what was and was not written, exit 130 (no traceback)."""
+    """Ctrl-C or SIGTERM: one line saying what was and was not written, exit 130 / 143 (no traceback)."""
     from sim import interrupts
 
     print(interrupts.interrupted_line(), file=sys.stderr)
-    sys.exit(interrupts.INTERRUPTED_EXIT_CODE)
+    sys.exit(interrupts.exit_code())
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Console entry point: run the app, turning any user error into one line and exit code 2."""
+    """Console entry point: run the app, turning any user error into one line and exit code 2.
+
+    SIGTERM is handled like Ctrl-C while the command runs (`sim.interrupts`): one line, exit 143.
+    """
+    from sim import interrupts
+
+    interrupts.reset()
+    with interrupts.sigterm_as_interrupt():
+        _run(argv)
+
+
+def _run(argv: list[str] | None) -> None:
+    """`main`'s body: run the app and map what it raises to one line and an exit code."""
     from sim import interrupts
     from sim.errors import user_error_types
 
-    interrupts.reset()
     try:
         app = build_app()
         # Non-standalone: a command's normal return comes back here instead of SystemExit(0), so
@@ -122,9 +139,10 @@ def main(argv: list[str] | None = None) -> None:
     except OSError as exc:
         # A path the user gave that cannot be read or written (permissions, a file where a folder
         # should be, a full disk): one line naming the path, like any other bad input.
-        if exc.filename is None:
+        if exc.filename is None and exc.errno not in _DISK_ERRNOS:
             raise
-        print(f"error: {exc.filename}: {exc.strerror or exc}", file=sys.stderr)
+        where = f"{exc.filename}: " if exc.filename is not None else "cannot write output: "
+        print(f"error: {where}{exc.strerror or exc}", file=sys.stderr)
         sys.exit(2)
     except Exception as exc:
         # typer bundles its own copy of click, so match click's usage errors by shape, not class.

@@ -107,15 +107,17 @@ def register(app: typer.Typer) -> None:
         """Simulate one scenario, print its summary and write its results folder."""
         from sim.api import simulate
         from sim.files import plain_name
+        from sim.output_lock import claim_output
         from sim.results import check_run_dir, write_run
 
         scenario = scenario_from_flags(flags)
         if output is None:
             output = Path("results") / plain_name(scenario.name, what="scenario name")
         target = check_run_dir(output)
-        run = simulate(scenario, progress=_show_progress(quiet))
-        say_clock(run.summary)
-        target = write_run(run, target)
+        with claim_output(target, what="results folder"):  # one writer; nothing left if it fails
+            run = simulate(scenario, progress=_show_progress(quiet))
+            say_clock(run.summary)
+            target = write_run(run, target)
         label = run.allocator
         rows = [[name, summary_cell(run.metrics, key, spec)] for name, key, spec in SUMMARY_ROWS]
         _print_table(
@@ -142,6 +144,7 @@ def register(app: typer.Typer) -> None:
         from sim.api import DEFAULT_COMPARE_ALLOCATORS, compare, run_label
         from sim.errors import ScenarioError
         from sim.files import check_output_folder, ensure_folder
+        from sim.output_lock import claim_output
         from sim.results import check_run_dir, write_run
 
         names = None
@@ -156,10 +159,14 @@ def register(app: typer.Typer) -> None:
         for allocator_name in names or DEFAULT_COMPARE_ALLOCATORS:
             label = scenario.with_overrides(allocator=allocator_name).allocator.label
             check_run_dir(output / run_label(label))
-        runs = compare(scenario, names, progress=_show_progress(quiet))
-        say_clock(next(iter(runs.values())).summary)  # one table for every allocator: one clock
-        ensure_folder(output, "compare", what="compare folder")
-        written = [write_run(run, output / run_label(label)) for label, run in runs.items()]
+        with claim_output(output, what="compare folder"):  # one writer; nothing left if it fails
+            runs = compare(scenario, names, progress=_show_progress(quiet))
+            say_clock(next(iter(runs.values())).summary)  # one table for every allocator: one clock
+            ensure_folder(output, "compare", what="compare folder")
+            written = [write_run(run, output / run_label(label)) for label, run in runs.items()]
+            from sim.reports.publish import report
+
+            report_path = report(written, Path(output))
         labels = list(runs)
         rows = [
             [name, *(summary_cell(runs[label].metrics, key, spec) for label in labels)]
@@ -168,9 +175,6 @@ def register(app: typer.Typer) -> None:
         _print_table(
             f"kvsim compare: {scenario.name} ({scenario.engine}, seed {scenario.seed})", labels, rows, wide
         )
-        from sim.reports.publish import report
-
-        report_path = report(written, Path(output))
         typer.echo(f"report written to {report_path}")
         typer.echo(
             f"results written to {Path(output)} ({len(written)} runs: {', '.join(p.name for p in written)})"

@@ -150,10 +150,13 @@ def register(app: typer.Typer) -> None:
         else:
             typer.echo(format_summary(summary))
         if plot:
-            from sim.files import adopt_files
+            from sim.files import adopt_files, write_file_atomic
+            from sim.output_lock import claim_output
 
-            written = workloads.plot(df, plot)
-            adopt_files([written], "describe-plot")
+            # one writer of the figure; drawn in a staging folder (cleared if this process is killed)
+            with claim_output(plot, what="--plot") as target:
+                written = write_file_atomic(target, lambda path: workloads.plot(df, path), what="--plot")
+                adopt_files([written], "describe-plot")
             typer.echo(f"figure written to {written}")
 
     @group.command("list")

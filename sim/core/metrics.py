@@ -487,6 +487,17 @@ def backlog_growth_req_per_s(requests: pd.DataFrame) -> float:
     return (in_system(end_s) - in_system(start_s)) / (end_s - start_s)
 
 
+# |share| below this (a billionth of a percent) is float rounding of sums that cancel, not memory:
+# `--block-size 1` wrote kv_reservation_pct = -1.6e-17 (issue 23). No real part is that small.
+NOISE_PCT = 1e-9
+
+
+def _denoised_pct(part_token_s: float, span_token_s: float) -> float:
+    """100 x part / span, with rounding noise around zero written as 0.0."""
+    pct = 100.0 * part_token_s / span_token_s
+    return 0.0 if abs(pct) < NOISE_PCT else pct
+
+
 def summarize(
     requests: pd.DataFrame,
     steps: pd.DataFrame,
@@ -560,7 +571,7 @@ def summarize(
     part_token_s["allocated"] = taxonomy.allocated_of(part_token_s)
     for name, value in part_token_s.items():
         empty_span_pct = 100.0 if name in ("free", "empty") else 0.0
-        metrics[f"kv_{name}_pct"] = 100.0 * value / span_token_s if span_token_s > 0 else empty_span_pct
+        metrics[f"kv_{name}_pct"] = _denoised_pct(value, span_token_s) if span_token_s > 0 else empty_span_pct
     metrics["waste_pct"] = taxonomy.waste_pct(part_token_s["token_states"], part_token_s["allocated"])
     metrics["mean_concurrency"] = float(totals["running_seq_s"]) / duration_s if duration_s > 0 else 0.0
     metrics["max_concurrency"] = int(totals["max_running"])

@@ -30,6 +30,7 @@ from sim.cost.network import AllReduceModel, CustomAllReduceModel
 from sim.cost.overhead import DEFAULT_ENGINE
 from sim.cost.parts import is_linear_profile, step_parts
 from sim.cost.server import ServerTerms, is_bench_profile, scenario_terms
+from sim.files import MAX_PROFILE_BYTES, check_input_file
 
 if TYPE_CHECKING:
     from sim.scenario.scenario import Scenario
@@ -79,6 +80,7 @@ def load_calibration(path: str | Path) -> dict[str, Any]:
     """
     from gpu.profile import load_profile
 
+    check_input_file(path, what="calibration profile", limit_bytes=MAX_PROFILE_BYTES)  # no /dev/zero
     return load_profile(path)
 
 

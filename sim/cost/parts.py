@@ -18,6 +18,7 @@ from sim.cost.linear import LayerCoefficients, LayerShape, LinearFit
 from sim.cost.network import AllReduceModel, CustomAllReduceModel
 from sim.cost.overhead import DEFAULT_ENGINE, engine_overhead
 from sim.errors import ScenarioError
+from sim.files import MAX_PROFILE_BYTES, check_input_file
 
 if TYPE_CHECKING:
     from sim.cost.server import ServerTerms
@@ -92,6 +93,7 @@ def linear_fit(calibration: str | None, gpu: Any) -> LinearFit:
     if not is_linear_profile(calibration):
         return gpu_linear_fit(gpu.name)
     path = Path(str(calibration)).resolve()
+    check_input_file(path, what="calibration profile", limit_bytes=MAX_PROFILE_BYTES)  # no FIFO
     try:
         stamp = path.stat().st_mtime_ns
     except OSError as exc:

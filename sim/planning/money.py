@@ -23,13 +23,19 @@ from sim.errors import KvsimError
 HOURS_PER_MONTH = 8760 / 12  # 730
 
 
+# Highest accepted price: 1,000 times an on-demand H100 (about 10 USD per GPU-hour, docs/capacity.md's
+# example); `--gpu-hour-cost 1e308` printed a 300-digit dollar figure (issue 23).
+MAX_GPU_HOUR_COST_USD = 10_000.0
+
+
 def check_gpu_hour_cost(value: float | None) -> float | None:
-    """None, or a finite price > 0 (USD per GPU-hour); KvsimError naming the flag otherwise."""
+    """None, or a price in (0, MAX_GPU_HOUR_COST_USD] USD per GPU-hour; KvsimError naming the flag."""
     if value is None:
         return None
-    if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
+    if not (isinstance(value, int | float) and math.isfinite(value) and 0 < value <= MAX_GPU_HOUR_COST_USD):
         raise KvsimError(
-            f"argument 'gpu_hour_cost': must be a finite number > 0 USD per GPU-hour (got {value!r})"
+            f"argument 'gpu_hour_cost': must be a finite number > 0 and at most {MAX_GPU_HOUR_COST_USD:,.0f} "
+            f"USD per GPU-hour (got {value!r})"
         )
     return float(value)
 

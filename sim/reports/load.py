@@ -12,7 +12,7 @@ from pathlib import Path
 from sim.errors import ResultsError
 from sim.reports.render import REQUIRED_METRICS, RESULT_FILES
 from sim.reports.types import LoadedRun
-from sim.results import STEPS_FILE, SUMMARY_FILE, load_run
+from sim.results import REQUESTS_FILE, STEPS_FILE, SUMMARY_FILE, load_run
 from sim.results_checks import check_metric_numbers
 from sim.sweeps.runner import CELLS_DIR, SWEEP_TABLE
 
@@ -42,8 +42,10 @@ def load_results(results_dir: Path) -> LoadedRun:
     check_metric_numbers(metrics, summary_path, REQUIRED_METRICS)
     if not isinstance(summary["scenario"], dict):
         raise ResultsError(f"{summary_path}: field scenario must be an object")
-    if run.steps.empty:
-        raise ResultsError(f"{results_dir / STEPS_FILE}: no rows (partial run?)")
+    # Both tables alike (issue 23: 0 requests used to pass, 0 steps not): a report of nothing is refused.
+    for name, table in ((REQUESTS_FILE, run.requests), (STEPS_FILE, run.steps)):
+        if table.empty:
+            raise ResultsError(f"{results_dir / name}: no rows (partial run?)")
     return LoadedRun(path=results_dir, summary=summary, requests=run.requests, steps=run.steps)
 
 

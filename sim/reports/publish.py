@@ -22,6 +22,7 @@ from pathlib import Path
 from sim import interrupts
 from sim.errors import ResultsError
 from sim.files import check_files_in_folder, check_output_dir, publish_files, write_error
+from sim.output_lock import claim_output
 from sim.reports import diagnosis
 from sim.reports.load import expand_results_dirs, load_results
 from sim.reports.render import (
@@ -59,9 +60,11 @@ def default_output_dir(results_dirs: Sequence[Path]) -> Path:
     """Where the report goes by default: the arguments' common parent (a single argument: itself).
 
     Taken from the arguments, not the run folders they expand to, so that the report on a sweep lands
-    in the sweep folder (not in its cells/) and the one on a compare folder in that folder.
+    in the sweep folder (not in its cells/) and the one on a compare folder in that folder. Taken
+    from the paths as typed (made absolute, links not resolved): with `runB` a link to a run
+    elsewhere, resolving made the common parent a folder the user never named (issue 23).
     """
-    return Path(os.path.commonpath([str(Path(p).resolve()) for p in results_dirs]))
+    return Path(os.path.commonpath([os.path.abspath(Path(p).expanduser()) for p in results_dirs]))
 
 
 def report(
@@ -85,14 +88,15 @@ def report(
     output_dir = check_output_dir(output_dir, what="report folder")
     # a user's report.html (or figures/) beside the runs is never overwritten; checked before rendering
     check_files_in_folder(output_dir, report_files(FIGURE_FILES), what="report folder")
-    statements = diagnosis.diagnose(dict(zip(labels, runs, strict=True)))
-    pngs = render_figures(labels, runs)
-    page = render_html(labels, runs, statements, pngs)
-    markdown = render_markdown(labels, runs, statements, {key: FIGURE_FILES[key] for key in pngs})
-    try:
-        _publish(output_dir, pngs, markdown, page)
-    except OSError as exc:  # checked above, so only a late failure: a full disk, a folder removed
-        raise write_error("report folder", output_dir, exc) from None
+    with claim_output(output_dir, what="report folder"):  # one writer; nothing left if it fails
+        statements = diagnosis.diagnose(dict(zip(labels, runs, strict=True)))
+        pngs = render_figures(labels, runs)
+        page = render_html(labels, runs, statements, pngs)
+        markdown = render_markdown(labels, runs, statements, {key: FIGURE_FILES[key] for key in pngs})
+        try:
+            _publish(output_dir, pngs, markdown, page)
+        except OSError as exc:  # checked above, so only a late failure: a full disk, a folder removed
+            raise write_error("report folder", output_dir, exc) from None
     interrupts.note_written(output_dir)
     return output_dir / "report.html"
 

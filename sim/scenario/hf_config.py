@@ -16,7 +16,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from sim.errors import ScenarioError
+from sim.errors import KvsimError, ScenarioError
+from sim.files import read_text_bounded
+from sim.scenario.config_checks import checked_config
 from sim.scenario.presets import ModelSpec
 
 # torch dtype names in config.json -> bytes per element (the KV cache's "auto" dtype, as in vLLM).
@@ -60,16 +62,20 @@ class _Fields:
 
 
 def load_config(path: str | Path) -> dict[str, Any]:
-    """The JSON object in `path` (a text_config inside a multimodal config is merged over the top)."""
+    """The JSON object in `path` (a text_config inside a multimodal config is merged over the top).
+
+    Read bounded (a regular file of at most `MAX_CONFIG_BYTES`: `/dev/zero` is refused, not read
+    until memory runs out); nesting too deep for the parser is one line, not a RecursionError.
+    """
     path = Path(path)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ScenarioError(f"{path}: model config file not found") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ScenarioError(f"{path}: cannot read model config ({exc})") from None
+        data = json.loads(read_text_bounded(path, what="model config file"))
+    except KvsimError as exc:
+        raise ScenarioError(str(exc)) from None
     except json.JSONDecodeError as exc:
         raise ScenarioError(f"{path}: invalid JSON at line {exc.lineno}: {exc.msg}") from None
+    except RecursionError:
+        raise ScenarioError(f"{path}: invalid JSON (nested too deeply)") from None
     if not isinstance(data, dict):
         raise ScenarioError(f"{path}: a model config must be a JSON object")
     return data
@@ -195,18 +201,46 @@ def count_params(data: dict[str, Any], where: str = "config") -> tuple[int, int]
     norms = (4 if data.get("model_type", "").startswith("gemma") else 2) * hidden
     if f.int("kv_lora_rank", default=0, minimum=0) and f.int("q_lora_rank", default=0, minimum=0):
         norms += 0  # the MLA latent norms are counted with attention
-    total = active = embed + hidden
-    for layer in range(layers):
-        mlp_all, mlp_active = _mlp_params(f, hidden, layer)
-        total += attention + mlp_all + norms
-        active += attention + mlp_active + norms
+    total = active = embed + hidden + layers * (attention + norms)
+    for representative, count in _mlp_layer_classes(f, layers):
+        mlp_all, mlp_active = _mlp_params(f, hidden, representative)
+        total += count * mlp_all
+        active += count * mlp_active
     return total, active
+
+
+def _mlp_layer_classes(f: _Fields, layers: int) -> list[tuple[int, int]]:
+    """(a representative layer index, how many layers have its MLP) for dense and MoE layers.
+
+    Why: every dense layer has the same MLP, and so has every MoE layer, so the count needs one
+    `_mlp_params` call per kind, not one per layer; a config with 10**9 layers used to loop for
+    minutes (issue 23). A layer is MoE when `_mlp_params` says so: experts > 0, index >=
+    first_k_dense_replace, not in mlp_only_layers, and (index + 1) divisible by decoder_sparse_step.
+    """
+    experts = f.int("n_routed_experts", "num_local_experts", "num_experts", default=0, minimum=0)
+    if experts == 0:
+        return [(0, layers)]
+    dense_first = min(f.int("first_k_dense_replace", default=0, minimum=0), layers)
+    step = f.int("decoder_sparse_step", default=1, minimum=1)
+    mlp_only = {layer for layer in f.data.get("mlp_only_layers") or [] if dense_first <= layer < layers}
+    # MoE candidates: indices in [dense_first, layers) with (index + 1) % step == 0
+    moe = layers // step - dense_first // step - sum(1 for layer in mlp_only if (layer + 1) % step == 0)
+    first_moe = None
+    if moe:  # the first candidate not in mlp_only_layers (at most len(mlp_only) + 1 tries)
+        start = -(-(dense_first + 1) // step) * step - 1
+        first_moe = next(i for i in range(start, layers, step) if i not in mlp_only)
+    first_dense = None
+    if layers - moe:  # layer 0 is dense unless every layer from 0 on is a candidate
+        first_dense = 0 if dense_first > 0 or step > 1 else min(mlp_only)
+    classes = [(first_moe, moe), (first_dense, layers - moe)]
+    return [(index, count) for index, count in classes if index is not None and count > 0]
 
 
 def spec_from_config(data: dict[str, Any], name: str = "custom", where: str = "config") -> ModelSpec:
     """A ModelSpec from a config dict (`where` names it in errors)."""
     if isinstance(data.get("text_config"), dict):
         data = {**data, **data["text_config"]}
+    data = checked_config(data, where)  # types and ranges first: the arithmetic below trusts them
     f = _Fields(data, where)
     layers = f.int("num_hidden_layers")
     heads = f.int("num_attention_heads")

@@ -194,6 +194,26 @@ class WorkloadSpec(BaseModel):
         return source
 
 
+def _check_arrival_span(num_prompts: int, request_rate: float | None) -> None:
+    """Refuse, naming the rate, a run whose arrivals would span more than a trace may.
+
+    Why: `--request-rate 1e-300` generated arrivals 1e300 s apart, and the request-table check
+    (`workloads.schema.MAX_TRACE_SPAN_S`, 366 days) then blamed "row 2" of a trace the user never
+    gave (issue 23). The mean span of `num_prompts` arrivals is (num_prompts - 1) / rate.
+    """
+    from workloads.schema import MAX_TRACE_SPAN_S
+
+    if request_rate is None or not math.isfinite(request_rate) or num_prompts < 2:
+        return
+    span_s = (num_prompts - 1) / request_rate
+    if span_s > MAX_TRACE_SPAN_S:
+        raise ScenarioError(
+            f"field 'workload.request_rate': {num_prompts:,} requests at {request_rate:g} req/s arrive "
+            f"over about {span_s / 86400:.3g} days; a run spans at most {MAX_TRACE_SPAN_S / 86400:.0f} "
+            f"days (raise the rate or lower num_prompts)"
+        )
+
+
 NON_FINITE_FLOAT_TEXT: dict[str, float] = {
     "inf": math.inf,
     "+inf": math.inf,
@@ -613,10 +633,24 @@ class Scenario(BaseModel):
         return np.random.default_rng(self.seed)
 
     def load_workload(self, rng: np.random.Generator | None = None) -> Any:
-        """The request table for this scenario (a pandas DataFrame validated by workloads)."""
+        """The request table for this scenario (a pandas DataFrame validated by workloads).
+
+        Refused first, with one line naming the flag, when the requests asked for cannot fit in
+        memory (`sim.scenario.memory_guard`).
+        """
         import workloads
+        from sim.scenario.memory_guard import check_request_memory
 
         spec = self.workload
+        if self.num_prompts is not None:
+            check_request_memory(self.num_prompts, "num_prompts")
+            _check_arrival_span(self.num_prompts, spec.request_rate)
+        elif (
+            self.duration_s is not None
+            and isinstance(spec.request_rate, int | float)
+            and math.isfinite(spec.request_rate)
+        ):
+            check_request_memory(self.duration_s * spec.request_rate, "duration_s")
         extra: dict[str, Any] = dict(spec.params)
         if spec.arrival is not None:
             extra["arrival"] = spec.arrival

@@ -11,21 +11,23 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from sim.errors import ScenarioError
+from sim.errors import KvsimError, ScenarioError
+from sim.files import read_text_bounded
 
 
 def read_toml(path: Path) -> dict[str, Any]:
     """The file's table, with relative paths resolved against its folder; ScenarioError (one line) if bad."""
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ScenarioError(f"{path}: config file not found") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ScenarioError(f"{path}: cannot read config file ({exc})") from None
+        # bounded, regular files only: `--config /dev/zero` read until memory ran out (issue 23)
+        text = read_text_bounded(path, what="config file")
+    except KvsimError as exc:
+        raise ScenarioError(str(exc)) from None
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ScenarioError(f"{path}: invalid TOML: {exc}") from None
+    except RecursionError:
+        raise ScenarioError(f"{path}: invalid TOML (nested too deeply)") from None
     _resolve_relative_paths(data, path.parent)
     return data
 

@@ -30,7 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sim.errors import ScenarioError
+from sim.errors import KvsimError, ScenarioError
+from sim.files import read_text_bounded
 
 SPEC_KEYS: tuple[str, ...] = ("name", "description", "base", "grid", "zip")
 CELL_ID_HEX_CHARS = 12
@@ -172,12 +173,16 @@ def parse_spec(
     else:
         path = Path(spec)
         source, spec_dir, default_name = str(path), path.parent, path.stem
-        if not path.is_file():
+        if not path.exists():
             raise SweepSpecError(f"{path}: sweep spec file does not exist")
         try:
-            data = tomllib.loads(path.read_text())
-        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+            data = tomllib.loads(read_text_bounded(path, what="sweep spec file"))  # no /dev/zero, no FIFO
+        except KvsimError as exc:
+            raise SweepSpecError(str(exc)) from None
+        except tomllib.TOMLDecodeError as exc:
             raise SweepSpecError(f"{path}: not valid TOML: {one_line(exc)}") from exc
+        except RecursionError:
+            raise SweepSpecError(f"{path}: not valid TOML (nested too deeply)") from None
 
     unknown = [key for key in data if key not in SPEC_KEYS]
     if unknown:

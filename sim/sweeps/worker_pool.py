@@ -34,6 +34,9 @@ def _serve(conn: Connection) -> None:
     workers), so a worker ignores SIGINT instead of printing its own traceback.
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # A forked worker inherits the CLI's SIGTERM handler (`sim.interrupts`), which would raise in a
+    # task and print a traceback; a worker sent SIGTERM (`timeout`, a batch scheduler) just ends.
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     # The parent started us with SIGINT blocked (see `_idle_worker`): now that it is ignored, a
     # Ctrl-C that arrived while this process was starting is dropped instead of raising in an import.
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})

@@ -7,12 +7,8 @@ field must be named, with no RuntimeWarning on the way.
 from __future__ import annotations
 
 import json
-import os
 import re
 import signal
-import subprocess
-import sys
-import time
 import warnings
 from pathlib import Path
 
@@ -20,6 +16,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from _signal_helpers import signal_when, slow_sweep_spec
 
 import workloads
 from sim.cli import main
@@ -390,38 +387,15 @@ def test_ctrl_c_during_compare_names_the_runs_already_written(
 
 
 def test_ctrl_c_in_a_sweep_counts_the_saved_cells_and_exits_130(tmp_path: Path) -> None:
-    spec = write(
-        tmp_path / "slow.toml",
-        'name = "slow"\n[base]\nkv_cache_memory = "2GiB"\nmax_model_len = 2048\n'
-        "[grid]\nnum_prompts = [20, 20000, 20001, 20002]\n",
-    )
+    spec = slow_sweep_spec(tmp_path)
     out = tmp_path / "out"
-    command = [sys.executable, "-m", "sim.cli", "sweep", str(spec), "--jobs", "1", "--output", str(out)]
-    command.append("--no-progress")
-    process = subprocess.Popen(
-        command,
-        cwd=REPO_ROOT,
-        start_new_session=True,
-        # A shell's background job (how CI or `make test &` may run us) starts with SIGINT ignored, and
-        # Python then installs no KeyboardInterrupt handler; a terminal's Ctrl-C is what we model.
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+    returncode, err = signal_when(
+        ["sweep", str(spec), "--jobs", "1", "--output", str(out), "--no-progress"],
+        ready=lambda: bool(list((out / "cells").glob("*/summary.json"))),
+        signum=signal.SIGINT,  # Ctrl-C reaches the whole process group
+        what="no cell finished",
     )
-    deadline = time.monotonic() + 120  # a guard against a hang, not a timing assertion
-    try:
-        while not list((out / "cells").glob("*/summary.json")):
-            assert process.poll() is None, process.communicate()
-            assert time.monotonic() < deadline, "no cell finished within 120 s"
-            time.sleep(0.02)
-        os.killpg(process.pid, signal.SIGINT)  # Ctrl-C reaches the whole process group
-        _, err = process.communicate(timeout=120)
-    finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-    assert process.returncode == 130, err
+    assert returncode == 130, err
     lines = [line for line in err.splitlines() if line.strip()]
     assert len(lines) == 1 and "Traceback" not in err, err
     match = re.fullmatch(
