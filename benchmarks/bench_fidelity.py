@@ -9,6 +9,10 @@ mean E2E and request throughput, then the median |error| per metric per run grou
 literal for SHIPPED_TERMS, and the in-sample and leave-one-file-out median |error| per group (the
 held-out figure is the one that counts). Slow: 120 simulations per file on one core (minutes).
 
+Table 3: the BF16/FP8 pairs of the Lambda set (same prompts and layer shapes; sim/bench/lambda_set.py
+FP8_PAIR_MODELS): measured vs simulated ratio of the burst's prefill span, a check of the FP8 GEMM
+rate (sim/scenario/quantization.py) that no fit touches.
+
 Everything printed is deterministic (no wall clock); tests/bench/test_fidelity_pins.py pins Table 1.
 
 Run: .venv/bin/python -P benchmarks/bench_fidelity.py [--fit] [--bench DIR]
@@ -29,6 +33,7 @@ from sim.bench.fit import FitResult, fit_members, grid_table  # noqa: E402
 from sim.bench.lambda_set import (  # noqa: E402
     LAMBDA_GRID,
     LAMBDA_STACK,
+    fp8_span_ratios,
     group_of,
     lambda_scenario,
     load_set,
@@ -66,6 +71,14 @@ def shipped_table(folder: Path) -> None:
     for label, members in sorted(groups.items()):
         print(_medians_line(label, members))
     print(_medians_line("all", results))
+
+
+def fp8_table(folder: Path) -> None:
+    """Table 3: the served prefill speed-up of FP8 weights, measured vs simulated (not fitted)."""
+    print("Table 3: BF16/FP8 burst prefill span (last first token - p10 TTFT), Llama-3-8B vs 3.1-8B-FP8")
+    print(f"{'pair':<18} {'measured':>9} {'simulated':>10} {'error':>8}")
+    for label, measured, simulated in fp8_span_ratios(load_set(folder)):
+        print(f"{label:<18} {measured:>9.2f} {simulated:>10.2f} {100 * (simulated / measured - 1):>+7.1f}%")
 
 
 def published_table(csv_path: Path, folder: Path) -> None:
@@ -145,6 +158,7 @@ def main() -> None:
         refit(args.bench)
         refit_published(published, args.bench)
     shipped_table(args.bench)
+    fp8_table(args.bench)
     published_table(published, args.bench)
 
 

@@ -13,6 +13,8 @@ import math
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from sim.bench.results_file import BenchFile, read_bench_file
 from sim.cost.server import ServerTerms
 
@@ -26,10 +28,10 @@ LAMBDA_STACK = ServerTerms(
     custom_all_reduce=True, ray_workers=False, frontend_in_engine_process=True, source="vLLM v0.5.4 stack"
 )
 
-# The grid the shipped vllm-v0 terms were fitted on (36 points; sim/bench/fit.py GRID's form).
+# The grid the shipped vllm-v0 terms were fitted on (48 points; sim/bench/fit.py GRID's form).
 LAMBDA_GRID: dict[str, tuple[float, ...]] = {
     "frontend_service_s": (0.002, 0.003, 0.004),
-    "flops_efficiency_scale": (0.7, 1.0, 1.25),
+    "flops_efficiency_scale": (0.7, 0.85, 1.0, 1.25),
     "overhead_scale": (0.15, 0.3, 0.5, 1.0),
 }
 
@@ -76,3 +78,61 @@ def replay_set(files: list[BenchFile]) -> list[Any]:
         terms = shipped_terms(scenario.engine, scenario.gpu_spec().name)
         results.append(replay(bench, scenario, terms))
     return results
+
+
+# Pairs of runs that differ only in the weight format: Meta-Llama-3-8B-Instruct (BF16) and
+# neuralmagic Meta-Llama-3.1-8B-FP8 have the same layer shapes, the Llama-3/3.1 files share one list
+# of 320 prompts (../shared/bench/README.md: "Same 320 prompts in every file of a tokenizer family"),
+# and each pair shares GPU, TP, max_model_len and script. A check of the FP8 GEMM rate that no fit
+# touches (benchmarks/bench_fidelity.py Table 3).
+FP8_PAIR_MODELS = ("Meta-Llama-3-8B-Instruct", "Meta-Llama-3.1-8B-FP8")
+
+
+def burst_prefill_span_ms(ttft_ms: np.ndarray) -> float:
+    """Last first token minus the 10th-percentile TTFT of a burst (all requests sent at t = 0).
+
+    Why this span: the first tenth of the burst waits mostly for the front end (vLLM 0.5.4 handles
+    the burst's requests before the engine runs, sim/cost/server.py `frontend_arrivals`); from there
+    to the last first token the engine prefills the rest of the burst. Its BF16/FP8 ratio on the
+    same prompts is the served prefill speed-up, with the front end's delay cancelled.
+    """
+    ordered = np.sort(np.asarray(ttft_ms, dtype=np.float64))
+    return float(ordered[-1] - ordered[ordered.size // 10])
+
+
+def fp8_pairs(files: list[BenchFile]) -> list[tuple[BenchFile, BenchFile]]:
+    """(BF16 file, FP8 file) of every FP8_PAIR_MODELS pair in `files` (same folder, TP and length)."""
+    by_name = {bench.name: bench for bench in files}
+    pairs = []
+    for name, bench in sorted(by_name.items()):
+        if f"/{FP8_PAIR_MODELS[0]}_" in f"/{name}":
+            partner = by_name.get(name.replace(FP8_PAIR_MODELS[0], FP8_PAIR_MODELS[1]))
+            if partner is not None:
+                pairs.append((bench, partner))
+    return pairs
+
+
+def simulated_ttfts_ms(bench: BenchFile) -> np.ndarray:
+    """Per-request simulated TTFT (ms) over the file's streamed requests, as `replay_set` runs it."""
+    from sim.api import simulate
+    from sim.bench.replay import request_table, streamed_mask
+    from sim.cost.server import shipped_terms
+
+    scenario = lambda_scenario(bench)
+    terms = shipped_terms(scenario.engine, scenario.gpu_spec().name)
+    table = request_table(bench, scenario.rng(), terms.frontend_s + terms.frontend_service_s)
+    run = simulate(scenario.with_overrides(num_prompts=bench.num_prompts), workload=table, server=terms)
+    ttft = run.requests.sort_values("request_id")["ttft_ms"].to_numpy(np.float64)
+    return ttft[streamed_mask(bench)]
+
+
+def fp8_span_ratios(files: list[BenchFile]) -> list[tuple[str, float, float]]:
+    """(folder, measured, simulated) BF16/FP8 ratio of `burst_prefill_span_ms` for each FP8 pair."""
+    from sim.bench.replay import streamed_mask
+
+    rows = []
+    for bf16, fp8 in fp8_pairs(files):
+        measured = [burst_prefill_span_ms(b.ttfts_s[streamed_mask(b)] * 1e3) for b in (bf16, fp8)]
+        simulated = [burst_prefill_span_ms(simulated_ttfts_ms(b)) for b in (bf16, fp8)]
+        rows.append((bf16.name.split("/")[0], measured[0] / measured[1], simulated[0] / simulated[1]))
+    return rows
