@@ -4,7 +4,9 @@ Why in the package: the fitted defaults (sim/cost/server.py SHIPPED_TERMS), benc
 and the regression test must replay these files under the same settings. The settings are those of
 ../shared/bench/README.md: vLLM v0.5.4 (engine vllm-v0), its defaults, and for the files that carry
 `*_latency_ms` fields (the September runs of the later benchmark script, commit 29dd18a) that
-script's extra flags `--gpu-memory-utilization 0.95 --max-num-seqs 1024`. Failed runs are left out.
+script's extra flags `--gpu-memory-utilization 0.95 --max-num-seqs 1024`; the others (the 2024-08-19
+runs) the older script's v0.5.4 defaults (tests/bench/test_lambda_set.py: the two splits agree, and
+the older runs above 32K could not have started with the later flags). Failed runs are left out.
 """
 
 from __future__ import annotations
