@@ -7,7 +7,9 @@ mean E2E and request throughput, then the median |error| per metric per run grou
 
 `--fit`: refits the shipped terms (`kvsim bench fit`'s grid) per GPU and run group, prints the
 literal for SHIPPED_TERMS, and the in-sample and leave-one-file-out median |error| per group (the
-held-out figure is the one that counts). Slow: 120 simulations per file on one core (minutes).
+held-out figure is the one that counts); then the per-chunk stream cost of the runs that stream
+every token (sim/bench/lambda_set.py EARLIER_STREAM_CHUNK_S) with the shipped terms fixed.
+Slow: ~150 simulations per file on one core (minutes).
 
 Table 3: the BF16/FP8 pairs of the Lambda set (same prompts and layer shapes; sim/bench/lambda_set.py
 FP8_PAIR_MODELS): measured vs simulated ratio of the burst's prefill span, a check of the FP8 GEMM
@@ -33,6 +35,7 @@ from sim.bench.fit import FitResult, fit_members, grid_table  # noqa: E402
 from sim.bench.lambda_set import (  # noqa: E402
     LAMBDA_GRID,
     LAMBDA_STACK,
+    fit_stream_chunk,
     fp8_span_ratios,
     group_of,
     lambda_scenario,
@@ -143,6 +146,12 @@ def refit(folder: Path) -> None:
                 if math.isfinite(held)
                 else f"    {metric:<20} -"
             )
+    value, in_sample, held_out = fit_stream_chunk(files)
+    print(f"stream_chunk_s on the runs that stream every token (earlier script, both GPUs): {value:g} s")
+    inside, held = median_abs_errors(in_sample), median_abs_errors(held_out)
+    for metric in MAPE_METRICS:
+        if math.isfinite(held[metric]):
+            print(f"    {metric:<20} {inside[metric]:6.1f} {held[metric]:6.1f}")
 
 
 def main() -> None:

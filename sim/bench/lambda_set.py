@@ -69,17 +69,68 @@ def group_of(bench: BenchFile) -> str:
     return f"{gpu} {'later' if later_script(bench) else 'earlier'} script"
 
 
+# The earlier (2024-08-19) runs stream one chunk per token: their mean ITL (23-58 ms) is close to
+# their TPOT, while the later runs' chunks carry many tokens (mean ITL 90-1,400 ms against median TPOT
+# 11-170 ms; ../shared/bench/README.md "ITL is per streamed chunk"). So the earlier runs pay the front
+# end's per-chunk cost (sim/cost/server.py `stream_chunk_s`) for every decoding sequence of every step;
+# the later runs' coalesced streams are in the shipped terms' overhead. One value for both GPUs (it is
+# CPU work), fitted on the 13 earlier files with every other term at its shipped value
+# (`fit_stream_chunk`; benchmarks/bench_fidelity.py --fit prints it and its leave-one-file-out error;
+# every fold picks 150 us; fitted per GPU it would be 325 us on the A100 files, 150 us on the H100 ones).
+EARLIER_STREAM_CHUNK_S = 150e-6
+STREAM_CHUNK_GRID: tuple[float, ...] = tuple(round(step * 25e-6, 9) for step in range(17))  # 0-400 us
+
+
+def file_terms(bench: BenchFile, scenario: Any, stream_chunk_s: float | None = None) -> ServerTerms:
+    """The terms a file is replayed with: the shipped terms of its engine and GPU, plus the per-chunk
+    stream cost for the runs that stream every token (`stream_chunk_s`; None: EARLIER_STREAM_CHUNK_S)."""
+    from dataclasses import replace
+
+    from sim.cost.server import shipped_terms
+
+    terms = shipped_terms(scenario.engine, scenario.gpu_spec().name)
+    if later_script(bench):
+        return terms
+    chunk = EARLIER_STREAM_CHUNK_S if stream_chunk_s is None else stream_chunk_s
+    return replace(terms, stream_chunk_s=chunk, source=f"{terms.source} + stream_chunk_s {chunk:g}")
+
+
 def replay_set(files: list[BenchFile]) -> list[Any]:
     """Each file replayed under `lambda_scenario` with the shipped terms of its GPU and group."""
     from sim.bench.replay import replay
-    from sim.cost.server import shipped_terms
 
     results = []
     for bench in files:
         scenario = lambda_scenario(bench)
-        terms = shipped_terms(scenario.engine, scenario.gpu_spec().name)
-        results.append(replay(bench, scenario, terms))
+        results.append(replay(bench, scenario, file_terms(bench, scenario)))
     return results
+
+
+def fit_stream_chunk(
+    files: list[BenchFile], grid: tuple[float, ...] = STREAM_CHUNK_GRID
+) -> tuple[float, list[Any], list[Any]]:
+    """`stream_chunk_s` on the files that stream every token (the earlier runs), every other term
+    shipped: (the value with the least mean file MAPE, in-sample replays, leave-one-file-out replays).
+
+    The held-out replay of file i is the replay at the value fitted on the other files (a grid
+    argmin, so no new simulation)."""
+    from sim.bench.replay import replay
+
+    members = [bench for bench in files if not later_script(bench)]
+    if not members:
+        raise ValueError("argument 'files': no run that streams every token (earlier script)")
+    scenarios = [lambda_scenario(bench) for bench in members]
+    table = [
+        [replay(b, s, file_terms(b, s, value)) for b, s in zip(members, scenarios, strict=True)]
+        for value in grid
+    ]
+    losses = np.array([[result.mape_pct() for result in row] for row in table])
+    best = int(np.argmin(losses.mean(axis=1)))
+    held_out = []
+    for i in range(len(members)):
+        others = np.delete(losses, i, axis=1) if len(members) > 1 else losses
+        held_out.append(table[int(np.argmin(others.mean(axis=1)))][i])
+    return grid[best], table[best], held_out
 
 
 # Pairs of runs that differ only in the weight format: Meta-Llama-3-8B-Instruct (BF16) and

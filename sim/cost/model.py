@@ -261,7 +261,8 @@ class CostModel:
             kv_fit_scale=kv_fit_scale,
             constant_step_s=scenario.constant_step_s,
             source=source if scenario.constant_step_s is None else "constant",
-            overhead_per_seq_s=parts.overhead_per_seq_s * terms.overhead_scale,
+            overhead_per_seq_s=parts.overhead_per_seq_s * terms.overhead_scale
+            + (terms.stream_chunk_s if parts.frontend_blocks_engine and terms.stream_chunk_s else 0.0),
             gemm_bytes_per_token=parts.gemm_bytes_per_token,
             elementwise_bytes_per_token=parts.elementwise_bytes_per_token,
             smooth_p=parts.smooth_p,

@@ -16,7 +16,15 @@ from pathlib import Path
 
 import pytest
 
-from sim.bench.lambda_set import LATER_SCRIPT_FLAGS, lambda_scenario, later_script, load_set
+from sim.bench.lambda_set import (
+    EARLIER_STREAM_CHUNK_S,
+    LATER_SCRIPT_FLAGS,
+    file_terms,
+    fit_stream_chunk,
+    lambda_scenario,
+    later_script,
+    load_set,
+)
 from sim.bench.setup import scenario_for_file, scenario_from_fields
 from sim.errors import ScenarioError
 
@@ -46,3 +54,15 @@ def test_long_context_earlier_runs_could_not_have_used_the_later_flags() -> None
         scenario = lambda_scenario(bench)  # the older script: v0.5.4 defaults
         assert (scenario.max_num_seqs, scenario.gpu_memory_utilization) == (256, 0.90)
         assert scenario.enable_chunked_prefill and scenario.max_num_batched_tokens == 512
+
+
+def test_the_shipped_stream_chunk_cost_is_its_leave_one_file_out_fit() -> None:
+    """EARLIER_STREAM_CHUNK_S is the fit on the 13 runs that stream every token, and every fold left
+    one file out picks the same value; the later runs are replayed without it."""
+    files = load_set(SHARED_BENCH)
+    value, in_sample, held_out = fit_stream_chunk(files)
+    assert value == EARLIER_STREAM_CHUNK_S
+    assert len(held_out) == 13
+    assert [r.simulated for r in held_out] == [r.simulated for r in in_sample]
+    later = next(b for b in files if later_script(b))
+    assert file_terms(later, lambda_scenario(later)).stream_chunk_s == 0.0
