@@ -135,8 +135,11 @@ def refit(folder: Path) -> None:
         groups.setdefault(group_of(bench), []).append(index)
         groups.setdefault(f"{group_of(bench).split()[0]} all", []).append(index)  # the GPU's files
     print("Fitted server terms per group (in sample / leave-one-file-out median |error|, %):")
+    shipped_held_out = []  # every file held out of the fit of the terms it is replayed with
     for label, members in sorted(groups.items()):
         result = fit_members(table, members)
+        if label.endswith("later script"):
+            shipped_held_out.extend(result.held_out)
         errors = result.error_table()
         print(f"{label}: {result.terms.values()}")
         for metric in (*MAPE_METRICS, "median_file_mape"):
@@ -152,6 +155,7 @@ def refit(folder: Path) -> None:
     for metric in MAPE_METRICS:
         if math.isfinite(held[metric]):
             print(f"    {metric:<20} {inside[metric]:6.1f} {held[metric]:6.1f}")
+    print(_medians_line("all, each held out", [*shipped_held_out, *held_out]))
 
 
 def main() -> None:
