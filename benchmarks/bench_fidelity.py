@@ -7,7 +7,13 @@ mean E2E and request throughput, then the median |error| per metric per run grou
 
 `--fit`: refits the shipped terms (`kvsim bench fit`'s grid) per GPU and run group, prints the
 literal for SHIPPED_TERMS, and the in-sample and leave-one-file-out median |error| per group (the
-held-out figure is the one that counts). Slow: 120 simulations per file on one core (minutes).
+held-out figure is the one that counts); then the per-chunk stream cost of the runs that stream
+every token (sim/bench/lambda_set.py EARLIER_STREAM_CHUNK_S) with the shipped terms fixed.
+Slow: ~150 simulations per file on one core (minutes).
+
+Table 3: the BF16/FP8 pairs of the Lambda set (same prompts and layer shapes; sim/bench/lambda_set.py
+FP8_PAIR_MODELS): measured vs simulated ratio of the burst's prefill span, a check of the FP8 GEMM
+rate (sim/scenario/quantization.py) that no fit touches.
 
 Everything printed is deterministic (no wall clock); tests/bench/test_fidelity_pins.py pins Table 1.
 
@@ -29,6 +35,8 @@ from sim.bench.fit import FitResult, fit_members, grid_table  # noqa: E402
 from sim.bench.lambda_set import (  # noqa: E402
     LAMBDA_GRID,
     LAMBDA_STACK,
+    fit_stream_chunk,
+    fp8_span_ratios,
     group_of,
     lambda_scenario,
     load_set,
@@ -66,6 +74,14 @@ def shipped_table(folder: Path) -> None:
     for label, members in sorted(groups.items()):
         print(_medians_line(label, members))
     print(_medians_line("all", results))
+
+
+def fp8_table(folder: Path) -> None:
+    """Table 3: the served prefill speed-up of FP8 weights, measured vs simulated (not fitted)."""
+    print("Table 3: BF16/FP8 burst prefill span (last first token - p10 TTFT), Llama-3-8B vs 3.1-8B-FP8")
+    print(f"{'pair':<18} {'measured':>9} {'simulated':>10} {'error':>8}")
+    for label, measured, simulated in fp8_span_ratios(load_set(folder)):
+        print(f"{label:<18} {measured:>9.2f} {simulated:>10.2f} {100 * (simulated / measured - 1):>+7.1f}%")
 
 
 def published_table(csv_path: Path, folder: Path) -> None:
@@ -119,8 +135,11 @@ def refit(folder: Path) -> None:
         groups.setdefault(group_of(bench), []).append(index)
         groups.setdefault(f"{group_of(bench).split()[0]} all", []).append(index)  # the GPU's files
     print("Fitted server terms per group (in sample / leave-one-file-out median |error|, %):")
+    shipped_held_out = []  # every file held out of the fit of the terms it is replayed with
     for label, members in sorted(groups.items()):
         result = fit_members(table, members)
+        if label.endswith("later script"):
+            shipped_held_out.extend(result.held_out)
         errors = result.error_table()
         print(f"{label}: {result.terms.values()}")
         for metric in (*MAPE_METRICS, "median_file_mape"):
@@ -130,6 +149,13 @@ def refit(folder: Path) -> None:
                 if math.isfinite(held)
                 else f"    {metric:<20} -"
             )
+    value, in_sample, held_out = fit_stream_chunk(files)
+    print(f"stream_chunk_s on the runs that stream every token (earlier script, both GPUs): {value:g} s")
+    inside, held = median_abs_errors(in_sample), median_abs_errors(held_out)
+    for metric in MAPE_METRICS:
+        if math.isfinite(held[metric]):
+            print(f"    {metric:<20} {inside[metric]:6.1f} {held[metric]:6.1f}")
+    print(_medians_line("all, each held out", [*shipped_held_out, *held_out]))
 
 
 def main() -> None:
@@ -145,6 +171,7 @@ def main() -> None:
         refit(args.bench)
         refit_published(published, args.bench)
     shipped_table(args.bench)
+    fp8_table(args.bench)
     published_table(published, args.bench)
 
 

@@ -31,6 +31,7 @@ from sim.cost.overhead import DEFAULT_ENGINE
 from sim.cost.parts import is_linear_profile, step_parts
 from sim.cost.server import ServerTerms, is_bench_profile, scenario_terms
 from sim.files import MAX_PROFILE_BYTES, check_input_file
+from sim.scenario.quantization import linear_flops_scale
 
 if TYPE_CHECKING:
     from sim.scenario.scenario import Scenario
@@ -185,6 +186,9 @@ class CostModel:
     all_reduces_per_step: int = 0  # 2 x layers with TP > 1
     engine: str = DEFAULT_ENGINE
     linear_fit_source: str = ""
+    # GEMM FLOP rate of the linear layers over `flops_per_s` (FP8 weights on a GPU with FP8 tensor
+    # cores: sim/scenario/quantization.py FP8_GEMM_SPEEDUP); attention keeps `flops_per_s`.
+    linear_flops_scale: float = 1.0
     frontend_s: float = 0.0  # per request, outside the engine (sim/cost/server.py); added to TTFT and E2E
     frontend_service_s: float = 0.0  # per request, the front end's serial work before the engine sees it
     frontend_blocks_engine: bool = False  # the front end shares the engine's event loop (vLLM v0)
@@ -259,7 +263,8 @@ class CostModel:
             kv_fit_scale=kv_fit_scale,
             constant_step_s=scenario.constant_step_s,
             source=source if scenario.constant_step_s is None else "constant",
-            overhead_per_seq_s=parts.overhead_per_seq_s * terms.overhead_scale,
+            overhead_per_seq_s=parts.overhead_per_seq_s * terms.overhead_scale
+            + (terms.stream_chunk_s if parts.frontend_blocks_engine and terms.stream_chunk_s else 0.0),
             gemm_bytes_per_token=parts.gemm_bytes_per_token,
             elementwise_bytes_per_token=parts.elementwise_bytes_per_token,
             smooth_p=parts.smooth_p,
@@ -269,6 +274,7 @@ class CostModel:
             all_reduces_per_step=parts.all_reduces_per_step,
             engine=parts.engine,
             linear_fit_source=parts.linear_fit_source,
+            linear_flops_scale=linear_flops_scale(model, gpu.name),
             frontend_s=terms.frontend_s,
             frontend_service_s=terms.frontend_service_s,
             frontend_blocks_engine=parts.frontend_blocks_engine,
@@ -347,7 +353,7 @@ class CostModel:
         if tokens <= 0:
             return 0.0
         memory = (self.weight_bytes + tokens * self.gemm_bytes_per_token) / self.hbm_bytes_per_s
-        compute = tokens * self.flops_per_token / self.flops_per_s
+        compute = tokens * self.flops_per_token / (self.flops_per_s * self.linear_flops_scale)
         if math.isinf(self.smooth_p):
             gemm = max(memory, compute)
         else:
@@ -486,6 +492,7 @@ class CostModel:
             "kv_bytes_per_token": self.kv_bytes_per_token,
             "hbm_bytes_per_s": self.hbm_bytes_per_s,
             "flops_per_s": self.flops_per_s,
+            "linear_flops_scale": self.linear_flops_scale,
             "smooth_p": None if math.isinf(self.smooth_p) else self.smooth_p,
             "linear_fixed_s": self.linear_fixed_s,
             "linear_fit_source": self.linear_fit_source,

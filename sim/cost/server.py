@@ -2,7 +2,7 @@
 
 Why they exist: the operator fits (sim/cost/fit.py) are within 10 % on measured GEMM files, yet a
 whole server replayed against measured `vllm bench serve` runs was off by 16-44 % (issue 21). What
-is missing is not one operator but the server around them, and it is modelled with four
+is missing is not one operator but the server around them, and it is modelled with five
 interpretable coefficients, each with bounds and a physical meaning, plus three serving-stack
 switches (`stack_settings`, `frontend_blocks_engine`):
 
@@ -25,6 +25,14 @@ switches (`stack_settings`, `frontend_blocks_engine`):
   detokenisation of every sequence's new token, output processing) over the engine preset's
   measured overhead (sim/cost/overhead.py). It multiplies both the per-step and per-sequence terms.
   Bounds [0, 4].
+- `stream_chunk_s`: serial CPU time per streamed chunk when the front end shares the engine's event
+  loop (v0) and streams every token as its own chunk: each step then pays it once per decoding
+  sequence, on top of the engine's overhead. vLLM 0.5.4's API server turns each of a request's
+  outputs into one server-sent event (vllm/entrypoints/openai/serving_completion.py
+  `completion_stream_generator`: a JSON `data:` chunk per output, written by the same event loop that
+  runs `AsyncLLMEngine.run_engine_loop`). Where the stream is coalesced (many tokens per chunk) the
+  cost is spread and the term is 0. Bounds [0, 1 ms]; 0 in every shipped entry, optional in a
+  profile (absent: 0).
 
 `ServerTerms.neutral()` changes nothing (the paper default and every run without a bench profile
 keep their results). `kvsim bench replay` uses `shipped_terms(engine, gpu)` unless given
@@ -55,7 +63,10 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "frontend_service_s": (0.0, 0.05),
     "flops_efficiency_scale": (0.25, 1.25),
     "overhead_scale": (0.0, 4.0),
+    "stream_chunk_s": (0.0, 1e-3),
 }
+# Terms a profile may leave out (written before they existed), with the value that changes nothing.
+OPTIONAL_TERMS: dict[str, float] = {"stream_chunk_s": 0.0}
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +77,7 @@ class ServerTerms:
     frontend_service_s: float = 0.0
     flops_efficiency_scale: float = 1.0
     overhead_scale: float = 1.0
+    stream_chunk_s: float = 0.0
     # The serving stack (not fitted; None: the engine preset's own, see `stack_settings`):
     custom_all_reduce: bool | None = None  # vLLM's custom all-reduce on NVLink (else NCCL)
     ray_workers: bool | None = None  # TP workers driven over Ray (the v0 preset's measured overhead)
@@ -119,7 +131,7 @@ def check_terms(values: dict[str, Any], where: str) -> dict[str, float]:
     """Each coefficient present, a finite number, inside its bounds; ScenarioError naming it otherwise."""
     checked: dict[str, float] = {}
     for name, (low, high) in BOUNDS.items():
-        value = values.get(name)
+        value = values.get(name, OPTIONAL_TERMS.get(name))
         if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
             raise ScenarioError(
                 f"{where}: field '{name}': expected a number in [{low}, {high}] (got {value!r})"
@@ -135,8 +147,9 @@ def check_terms(values: dict[str, Any], where: str) -> dict[str, float]:
 # - vllm-v0: the "later script" runs of ../shared/bench/vllm_bench (LambdaLabsML/vllm-benchmark,
 #   vLLM 0.5.4 with --gpu-memory-utilization 0.95 --max-num-seqs 1024, the configuration whose flags
 #   are recorded; sim/bench/lambda_set.py), 7 files per GPU, with vLLM 0.5.4's stack (custom
-#   all-reduce, multiprocess workers, front end in the engine's event loop). H100's FLOP scale sits at
-#   the bound: most H100 files serve FP8 models, whose FP8 GEMMs this model does not speed up.
+#   all-reduce, multiprocess workers, front end in the engine's event loop). FP8 models' GEMMs run at
+#   the GPU's FP8 rate (sim/scenario/quantization.py FP8_GEMM_SPEEDUP: 2x on H100, 1x on A100), so
+#   H100's FLOP scale (0.85) is no longer pinned at its upper bound as it was without it (1.25).
 # - vllm-v1: the gpustack rows of ../shared/bench/published.csv (vLLM 0.11, `vllm serve` defaults;
 #   sim/bench/published_set.py), H100 fitted on its 14 rows; the front end is the API server's
 #   (CPU), so the A100 keeps the H100 fit's two front-end terms (the A100 rows have no low-load run
@@ -156,10 +169,10 @@ SHIPPED_TERMS: dict[tuple[str, str], dict[str, Any]] = {
         **_V0_STACK,
     },
     ("vllm-v0", "H100-80GB"): {
-        "frontend_s": 0.179,
+        "frontend_s": 0.161,
         "frontend_service_s": 0.002,
-        "flops_efficiency_scale": 1.25,
-        "overhead_scale": 0.3,
+        "flops_efficiency_scale": 0.85,
+        "overhead_scale": 0.15,
         **_V0_STACK,
     },
     ("vllm-v1", "A100-80GB"): {

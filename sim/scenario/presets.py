@@ -43,6 +43,9 @@ class ModelSpec(BaseModel):
     checkpoint_bytes: int | None = Field(
         default=None, ge=1
     )  # weights as stored (FP8, MXFP4); None: params x dtype
+    # The linear layers' --quantization ("fp8") when set by sim/scenario/quantization.py; the cost
+    # model reads it for the GEMM FLOP rate (`linear_flops_scale`). None: the model dtype.
+    weight_quantization: str | None = None
 
     @field_validator("num_kv_heads")
     @classmethod

@@ -5,9 +5,19 @@ the linear layers' weights in 1 byte instead of 2, while embeddings, the LM head
 the model dtype (vLLM `vllm/model_executor/layers/quantization/fp8.py` `Fp8LinearMethod` applies to
 `LinearBase` layers only; neuralmagic / RedHatAI "FP8-dynamic" checkpoints quantize every Linear but
 `lm_head`). So weight memory, and the weight bytes every step reads, shrink to about half; the KV
-cache keeps its own dtype (`--kv-cache-dtype`). The GEMM FLOP rate is left at the BF16 fit (A100 has
-no FP8 tensor cores and runs FP8 weights through the W8A16 Marlin kernel; H100 FP8 GEMMs are faster,
-which this conservative model does not claim).
+cache keeps its own dtype (`--kv-cache-dtype`).
+
+The GEMM FLOP rate (`linear_flops_scale`): where the GPU has FP8 tensor cores (compute capability
+>= 8.9: Ada, Hopper, Blackwell) vLLM runs FP8 linear layers as W8A8 FP8 GEMMs (activations quantized
+per token or per tensor on the fly; `Fp8LinearMethod.apply` -> `apply_fp8_linear`, CUTLASS
+`cutlass_scaled_mm` / `torch._scaled_mm`), whose dense peak is twice the BF16 one on those parts.
+Below 8.9 (A100) there are no FP8 tensor cores: vLLM runs the FP8 weights weight-only (W8A16)
+through the Marlin kernel (vllm/model_executor/layers/quantization/fp8.py `Fp8LinearMethod.__init__`:
+`self.use_marlin = capability < 89`, v0.5.x; utils/marlin_utils_fp8.py `apply_fp8_marlin_linear`:
+"For GPUs that lack FP8 hardware support, we can leverage the Marlin kernel for fast weight-only FP8
+quantization"), which dequantizes to BF16 and multiplies on BF16 tensor cores: the FLOP rate stays
+the BF16 one and only the weight bytes shrink. Attention (QK^T, PV) keeps the KV dtype and the BF16
+rate in both cases.
 """
 
 from __future__ import annotations
@@ -46,7 +56,38 @@ def quantized_model(model: ModelSpec, quantization: str | None) -> ModelSpec:
     kept = embedding_params(model) + (2 * model.num_layers + 1) * model.hidden_size
     linear = max(0, model.num_params - kept)
     weight_bytes = linear * QUANTIZATION_BYTES[name] + kept * model.dtype_bytes
-    return model.model_copy(update={"checkpoint_bytes": weight_bytes, "name": f"{model.name}-{name.upper()}"})
+    return model.model_copy(
+        update={
+            "checkpoint_bytes": weight_bytes,
+            "name": f"{model.name}-{name.upper()}",
+            "weight_quantization": name,
+        }
+    )
+
+
+# Dense FP8 over dense BF16 tensor-core peak, per GPU preset with FP8 tensor cores (sparsity off in
+# both): H100 SXM 1,979 / 989.4 TFLOP/s (NVIDIA H100 Tensor Core GPU datasheet, SXM column, the
+# sparse figures halved); H200 the same Hopper die and clocks (NVIDIA H200 datasheet: 3,958 / 1,979
+# sparse); L4 485 / 242 sparse (NVIDIA L4 datasheet); B200 4.5 / 2.25 PFLOP/s dense (NVIDIA DGX B200
+# datasheet, per GPU). A100 (sm_80) has none: FP8 runs weight-only through Marlin (module docstring),
+# so its entry is 1. A GPU not listed (a custom spec, MI300X whose FP8 path vLLM 0.5 lacks) gets 1:
+# no speed-up claimed without a source.
+FP8_GEMM_SPEEDUP: dict[str, float] = {
+    "A100-40GB": 1.0,
+    "A100-80GB": 1.0,
+    "H100-80GB": 1979.0 / 989.4,
+    "H200-141GB": 1979.0 / 989.4,
+    "L4": 485.0 / 242.0,
+    "B200": 4.5 / 2.25,
+}
+
+
+def linear_flops_scale(model: ModelSpec, gpu_name: str) -> float:
+    """The linear layers' GEMM FLOP rate over the BF16 one for `model`'s weight format on `gpu_name`:
+    FP8_GEMM_SPEEDUP for FP8 weights (1 where the GPU is not listed), 1 for the model dtype."""
+    if model.weight_quantization == "fp8":
+        return FP8_GEMM_SPEEDUP.get(gpu_name, 1.0)
+    return 1.0
 
 
 # quantization_config.quant_method values that store linear weights in 8-bit floats (vLLM's

@@ -1,0 +1,51 @@
+"""FP8 linear layers: the GEMM FLOP rate doubles where the GPU has FP8 tensor cores, not on A100.
+
+Sources: sim/scenario/quantization.py (vLLM `Fp8LinearMethod`: W8A8 FP8 GEMMs at compute capability
+>= 8.9, weight-only Marlin below; NVIDIA datasheets for the dense FP8/BF16 peaks).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from sim.cost.model import CostModel
+from sim.scenario.quantization import FP8_GEMM_SPEEDUP, linear_flops_scale, quantized_model
+from sim.scenario.scenario import default_scenario
+
+
+def _cost(gpu: str, quantization: str | None) -> CostModel:
+    base = default_scenario().with_overrides(gpu=gpu, model="llama-3-8b", engine="vllm-v0")
+    model = quantized_model(base.model_spec(), quantization)
+    return CostModel.from_scenario(base.with_overrides(model=model))
+
+
+def test_fp8_weights_carry_their_format_and_bf16_weights_none() -> None:
+    model = default_scenario().with_overrides(model="llama-3-8b").model_spec()
+    assert model.weight_quantization is None
+    assert quantized_model(model, "fp8").weight_quantization == "fp8"
+    assert linear_flops_scale(model, "H100-80GB") == 1.0
+
+
+def test_hopper_fp8_gemms_run_at_twice_the_bf16_rate() -> None:
+    assert FP8_GEMM_SPEEDUP["H100-80GB"] == pytest.approx(2.0, rel=1e-3)  # 1,979 / 989.4 TFLOP/s
+    cost = _cost("H100-80GB", "fp8")
+    assert cost.linear_flops_scale == FP8_GEMM_SPEEDUP["H100-80GB"]
+    # a large prefill batch is compute-bound: its GEMM part halves, attention keeps the BF16 rate
+    bf16 = _cost("H100-80GB", None)
+    assert cost.attention_compute_time_s(10**6) == pytest.approx(bf16.attention_compute_time_s(10**6))
+    tokens = 16384
+    fp8_compute = tokens * cost.flops_per_token / (cost.flops_per_s * cost.linear_flops_scale)
+    assert fp8_compute == pytest.approx(tokens * bf16.flops_per_token / bf16.flops_per_s / 2.0, rel=1e-3)
+    assert cost.linear_time_s(tokens) < bf16.linear_time_s(tokens)
+
+
+def test_a100_runs_fp8_weight_only_at_the_bf16_rate() -> None:
+    cost = _cost("A100-80GB", "fp8")
+    assert cost.linear_flops_scale == 1.0  # Marlin W8A16: dequantize, multiply on BF16 tensor cores
+    bf16 = _cost("A100-80GB", None)
+    assert cost.weight_bytes < 0.6 * bf16.weight_bytes  # the weight bytes still halve
+
+
+def test_unknown_gpu_claims_no_fp8_speed_up() -> None:
+    model = quantized_model(default_scenario().with_overrides(model="llama-3-8b").model_spec(), "fp8")
+    assert linear_flops_scale(model, "custom") == 1.0
