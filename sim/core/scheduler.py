@@ -347,6 +347,14 @@ class Scheduler:
 
     # -- mechanics a policy composes a step of ----------------------------------------------------------
 
+    def decode_progress(self) -> tuple[list[int], list[int]]:
+        """(tokens generated, the client's limit) of each running decode sequence, for engines whose
+        admission estimates the decode tokens still to come (SGLang's new_token_ratio)."""
+        it, info = self.it, self.info
+        generated = [rec[_EM_OFF] + it for rec in self.decode.values()]
+        limits = [info.max_tokens_eff[rec[_REQ]] for rec in self.decode.values()]
+        return generated, limits
+
     def unfinished_samples(self, req: int) -> int:
         """Samples of `req` not finished yet (parallel sampling: n of them at admission)."""
         return int(self.log.samples_left[req])
@@ -375,16 +383,28 @@ class Scheduler:
             budget -= chunk
         return budget
 
-    def admit_waiting(self, plan: StepPlan, budget: int, now_s: float, *, per_chunk: bool = False) -> int:
+    def admit_waiting(
+        self,
+        plan: StepPlan,
+        budget: int,
+        now_s: float,
+        *,
+        per_chunk: bool = False,
+        gate: Callable[[WorkItem], bool] | None = None,
+    ) -> int:
         """FCFS admissions from the waiting queue within `budget` tokens; returns the budget left.
 
         `per_chunk`: the admitted prompt holds blocks for its hits and first chunk only, the rest
         is allocated chunk by chunk (vLLM v1 `kv_cache_manager.py` `allocate_slots` with
         `num_new_tokens`), where chunked prefill is on and the allocator can.
+        `gate`: the engine's own admission test, asked for the head of the queue before the
+        allocator; False stops admission there (head-of-line blocking, as a memory refusal does).
         """
         per_chunk = per_chunk and self._can_allocate_per_chunk
         if not self.swapped:
             while self.waiting:
+                if gate is not None and not gate(self.waiting[0]):
+                    break
                 admitted = self._try_admit(self.waiting[0], budget, now_s, per_chunk)
                 if admitted is None:
                     if self.num_seqs == 0:  # cannot fit even alone: refuse instead of livelocking
