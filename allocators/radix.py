@@ -247,14 +247,17 @@ class RadixAllocator(AllocatorBase):
         self.live[seq_id] = False
 
     def fork(self, parent_id: int, child: SeqSpec) -> bool:
-        """A parallel sample: it shares the parent's tree path and copies its private tokens."""
+        """A parallel sample: the parent's whole pages go into the tree and both share them; the
+        child copies the unaligned tail (SGLang runs each sample as a request matching the cache)."""
         check_live_seq(self, parent_id)
         check_new_seq(self, child.seq_id)
         length = int(self.lengths_tokens[parent_id])
-        depth = int(self.depth_tokens[parent_id])
-        pages = self._pages(length - depth)
-        if pages > self._available_pages():
+        tail = length % self.page_tokens
+        pages = self._pages(tail)
+        if pages > self._available_pages():  # inserting first frees, never takes
             return False
+        self._cache_prefix(parent_id, length)
+        depth = int(self.depth_tokens[parent_id])
         parent = self._content[parent_id]
         self.tree.inc_lock_ref(parent.node)
         self._take_pages(pages)
