@@ -101,15 +101,14 @@ class _MemoryGate:
 
     def __call__(self, item: WorkItem) -> bool:
         batch = self.batch
-        if batch.num_seqs == 0:
-            # nothing runs: the allocator decides (SGLang refuses a request longer than the pool at
-            # arrival, tokenizer_manager.py `_validate_one_request`; kvsim does it at enqueue)
-            return True
         spec = batch.info.spec(item.req, 0, item.emitted)
         extend_tokens = spec.prompt_tokens - batch.alloc.cached_prefix_tokens(spec)
         samples = batch.info.n[item.req] if item.sample < 0 else 1
         total = extend_tokens + samples * min(spec.max_tokens, CLIP_MAX_NEW_TOKENS)
-        if total >= self.remaining_tokens:
+        # With nothing running or admitted the allocator decides alone: SGLang refuses a request
+        # longer than the pool when it arrives (tokenizer_manager.py `_validate_one_request`),
+        # which kvsim does at enqueue, so the head of an empty server is never held back.
+        if total >= self.remaining_tokens and batch.num_seqs > 0:
             self.refused = True
             return False
         self.remaining_tokens -= total
