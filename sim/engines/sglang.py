@@ -128,6 +128,7 @@ class SglangPolicy(ContinuousBatchingPolicy):
         "enable_prefix_caching": True,
         "preemption_mode": "recompute",
         "block_size": 1,
+        "allocator": "radix",  # mem_cache/radix_cache.py RadixCache over a token pool (allocators/radix.py)
     }
     compare_placement = None
     # SGLang's overlap ("zero-overhead") scheduler hides the CPU work of a step under the GPU's, as
