@@ -114,6 +114,16 @@ def _make_request_limit(
     )
 
 
+def _block_size(name: str, block_size: Any, capacity_tokens: int) -> int:
+    """A block (page) size that fits the cache at least once."""
+    size = int_param(name, "block_size", block_size)
+    if size > capacity_tokens:
+        raise AllocatorConfigError(
+            f"{name}: block_size must be <= capacity_tokens ({capacity_tokens}), got {size}"
+        )
+    return size
+
+
 def _make_paged(
     capacity_tokens: int,
     block_size: Any = 16,
@@ -125,11 +135,7 @@ def _make_paged(
     window_tokens: Any = None,
 ) -> Allocator:
     name = "paged"
-    size = int_param(name, "block_size", block_size)
-    if size > capacity_tokens:
-        raise AllocatorConfigError(
-            f"paged: block_size must be <= capacity_tokens ({capacity_tokens}), got {size}"
-        )
+    size = _block_size(name, block_size, capacity_tokens)
     caching = bool_param(name, "enable_prefix_caching", enable_prefix_caching)
     sharing = bool_param(name, "share_prefixes", share_prefixes)
     if caching and not sharing:
@@ -187,11 +193,7 @@ def _make_radix(
 ) -> Allocator:
     """SGLang's token pool with its radix cache (allocators/radix.py); block_size is SGLang's --page-size."""
     name = "radix"
-    size = int_param(name, "block_size", block_size)
-    if size > capacity_tokens:
-        raise AllocatorConfigError(
-            f"radix: block_size (page size) must be <= capacity_tokens ({capacity_tokens}), got {size}"
-        )
+    size = _block_size(name, block_size, capacity_tokens)
     if _window_plan(name, num_layers, num_window_layers, window_tokens) is not None:
         raise AllocatorConfigError(
             "radix: models with sliding-window layers are not modelled (SGLang uses SWARadixCache "

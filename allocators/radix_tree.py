@@ -112,13 +112,18 @@ class RadixTree:
 
     # -- matching ------------------------------------------------------------------------------------
 
-    def _walk(self, runs: list[Run], limit: int) -> tuple[TreeNode, int]:
-        """Follow `runs` from the root up to `limit` tokens (page aligned); split a partly matched node."""
+    def _walk(self, runs: list[Run], limit: int, *, touch: bool = True) -> tuple[TreeNode, int]:
+        """Follow `runs` from the root up to `limit` tokens (page aligned).
+
+        `touch`: split a partly matched node and refresh access times on the path (match_prefix);
+        without it nothing changes and the walk stops inside the partly matched node.
+        """
         page = self.page_tokens
         limit = limit // page * page
         node, position, index = self.root, 0, 0
-        now = self.tick()
-        node.last_access = now
+        now = self.tick() if touch else 0
+        if touch:
+            node.last_access = now
         while position < limit:
             index = _run_index(runs, position, index)
             if index >= len(runs):
@@ -130,6 +135,11 @@ class RadixTree:
             end = position + (end - position) // page * page
             if end <= position:  # cannot happen: the child key matched a whole page
                 break
+            if not touch:
+                node, position = child, end
+                if end < child.end:
+                    break
+                continue
             if end < child.end:
                 child = self._split(child, end)
             child.last_access = now
@@ -164,24 +174,7 @@ class RadixTree:
         as it plans a step; a query that refreshed LRU times would make eviction depend on how often
         the engine looked (and a multi-iteration jump looks less often than stepping).
         """
-        page = self.page_tokens
-        limit = limit // page * page
-        node, position, index = self.root, 0, 0
-        while position < limit:
-            index = _run_index(runs, position, index)
-            if index >= len(runs):
-                break
-            child = node.children.get(page_key(runs, index, position, page))
-            if child is None:
-                break
-            end = _common_end(child.runs, runs, index, min(limit, child.end))
-            end = position + (end - position) // page * page
-            if end <= position:
-                break
-            node, position = child, end
-            if end < child.end:
-                break
-        return position
+        return self._walk(runs, limit, touch=False)[1]
 
     def insert(self, runs: list[Run], limit: int) -> tuple[TreeNode, int]:
         """Make the first `limit` tokens (page aligned) a path: (its last node, tokens that existed)."""

@@ -92,6 +92,31 @@ def check_radix(alloc: RadixAllocator, model: ContentModel) -> None:
         assert 0 <= alloc.prefix_hit_tokens(sid) <= model.prompt_tokens[sid]
 
 
+class ChunkedContentModel(ContentModel):
+    """The label model with chunked prefill: growth continues the prompt before it generates."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.prompts: dict[int, list] = {}  # seq id -> labels of its whole prompt
+
+    def admit(self, seq: SeqSpec, held_tokens: int | None = None) -> None:
+        """Hold the first `held_tokens` of the prompt (all by default); the rest comes by growth."""
+        super().admit(seq)
+        self.prompts[seq.seq_id] = prompt_labels(seq)
+        del self.labels[seq.seq_id][seq.prompt_tokens if held_tokens is None else held_tokens :]
+
+    def grow(self, seq_id: int, num_tokens: int) -> None:
+        held, prompt = self.labels[seq_id], self.prompts.get(seq_id, [])
+        start = len(held)
+        held.extend(
+            prompt[p] if p < len(prompt) else ("u", seq_id, p) for p in range(start, start + num_tokens)
+        )
+
+    def release(self, seq_id: int) -> None:
+        super().release(seq_id)
+        self.prompts.pop(seq_id, None)
+
+
 class RadixMachine(AllocatorMachine):
     """The house machine (build, fork, release, uniform_jump) with radix checks."""
 
@@ -99,15 +124,7 @@ class RadixMachine(AllocatorMachine):
 
     def __init__(self) -> None:
         super().__init__()
-        self.prompts: dict[int, list] = {}  # seq id -> labels of its whole prompt (chunks still to come)
-
-    def _grow_model(self, seq_id: int, num_tokens: int) -> None:
-        """Growth continues the prompt (a chunk of chunked prefill) before it generates new tokens."""
-        held, prompt = self.model.labels[seq_id], self.prompts.get(seq_id, [])
-        start = len(held)
-        held.extend(
-            prompt[p] if p < len(prompt) else ("u", seq_id, p) for p in range(start, start + num_tokens)
-        )
+        self.model = ChunkedContentModel()
 
     @rule(fields=SPEC_FIELDS, chunk=st.sampled_from([0, 0, 5, 17]))
     def admit(self, fields: dict[str, Any], chunk: int) -> None:
@@ -120,9 +137,7 @@ class RadixMachine(AllocatorMachine):
             hit = self.alloc.prefix_hit_tokens(seq.seq_id)
             assert hit == expected_hit, "the admission matched another prefix than the peek"
             held = seq.prompt_tokens if chunk == 0 else min(seq.prompt_tokens, hit + chunk)
-            self.model.admit(seq)
-            self.prompts[seq.seq_id] = prompt_labels(seq)
-            del self.model.labels[seq.seq_id][held:]  # the rest of the prompt comes chunk by chunk
+            self.model.admit(seq, held)
             event("admit: prefix hit" if hit else "admit: no hit")
             return
         event("admit: refused")
@@ -153,29 +168,7 @@ class RadixMachine(AllocatorMachine):
             assert not failed
         for sid in chosen:
             if sid not in failed:
-                self._grow_model(sid, num_tokens)
-
-    @precondition(lambda self: self.model.labels)
-    @rule(data=st.data(), limit=st.integers(1, 200))
-    def uniform_jump(self, data: st.DataObject, limit: int) -> None:
-        """The engine's jump: grow by exactly max_uniform_growth, which must succeed."""
-        live = self._live()
-        chosen = data.draw(st.lists(st.sampled_from(live), min_size=1, max_size=len(live), unique=True))
-        ids = np.array(chosen, dtype=np.int64)
-        k = self.alloc.max_uniform_growth(ids, limit)
-        if k:
-            assert self.alloc.grow(ids, k).size == 0
-            for sid in chosen:
-                self._grow_model(sid, k)
-
-    @precondition(lambda self: self.model.labels)
-    @rule(pick=st.integers(0, 10**6))
-    def release(self, pick: int) -> None:
-        live = self._live()
-        sid = live[pick % len(live)]
-        self.alloc.release(sid)
-        self.model.release(sid)
-        self.prompts.pop(sid, None)
+                self.model.grow(sid, num_tokens)
 
     @invariant()
     def consistent(self) -> None:
