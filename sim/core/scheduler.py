@@ -355,6 +355,11 @@ class Scheduler:
         limits = [info.max_tokens_eff[rec[_REQ]] for rec in self.decode.values()]
         return generated, limits
 
+    def decode_sequences(self) -> list[tuple[int, int, int]]:
+        """(seq id, request, tokens generated) of each running decode sequence, oldest first."""
+        it = self.it
+        return [(seq_id, rec[_REQ], rec[_EM_OFF] + it) for seq_id, rec in self.decode.items()]
+
     def unfinished_samples(self, req: int) -> int:
         """Samples of `req` not finished yet (parallel sampling: n of them at admission)."""
         return int(self.log.samples_left[req])
@@ -610,7 +615,7 @@ class Scheduler:
             return
         failed = set(int(x) for x in failed_arr)
         while failed:
-            victim_id, victim_group = self._newest_unit()
+            victim_id, victim_group = self.policy.preemption_victim(self)
             if self.num_seqs == len(self.decode) and len(self.decode) == 1:
                 # Livelock guard: the only sequence cannot grow with everything else gone. Truncate it.
                 rec = self._stop_decode(victim_id)
@@ -626,7 +631,9 @@ class Scheduler:
                 retry = np.fromiter(sorted(failed), dtype=np.int64, count=len(failed))
                 failed = set(int(x) for x in self.alloc.grow(retry, 1))
 
-    def _newest_unit(self) -> tuple[int, PrefillGroup | None]:
+    def newest_unit(self) -> tuple[int, PrefillGroup | None]:
+        """The newest running unit: (decode seq id, None), or (-1 or a seq id, the prefill group) when
+        a partly prefilled group is newer; vLLM preempts it first (`self.running.pop()`)."""
         best_stamp, best_id, best_group = -1, -1, None
         for seq_id, rec in self.decode.items():
             key = rec[_STAMP]
@@ -669,7 +676,7 @@ class Scheduler:
         seq_id = group.seq_ids[0]
         ids = np.asarray([seq_id], dtype=np.int64)
         while len(self.alloc.grow(ids, chunk)):
-            victim_id, victim_group = self._newest_unit()
+            victim_id, victim_group = self.policy.preemption_victim(self)
             if victim_group is group:
                 self._preempt_group(group, now_s)
                 return False

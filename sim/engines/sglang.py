@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from weakref import WeakKeyDictionary
 
 from sim.core.policy import ContinuousBatchingPolicy, StepPlan
-from sim.core.scheduler import Scheduler, WorkItem
+from sim.core.scheduler import PrefillGroup, Scheduler, WorkItem
 
 GIB = 1024**3
 # managers/schedule_policy.py CLIP_MAX_NEW_TOKENS (env SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION): the
@@ -172,6 +172,22 @@ class SglangPolicy(ContinuousBatchingPolicy):
         if plan.chunks:
             batch.pause_decodes(plan)
         return plan
+
+    def preemption_victim(self, batch: Scheduler) -> tuple[int, PrefillGroup | None]:
+        """managers/schedule_batch.py `ScheduleBatch.retract_decode`: running requests sorted by
+        (output tokens, -input tokens), descending and stably, and the last popped: the one that has
+        decoded least, the longest prompt among those, the newest among equals. Only decoding
+        requests are retracted; with none, the newest prefill (kvsim's mechanics)."""
+        decoding = batch.decode_sequences()
+        if not decoding:
+            return batch.newest_unit()
+        prompt = batch.info.prompt_tokens
+        order = sorted(
+            range(len(decoding)),
+            key=lambda i: (decoding[i][2], -prompt[decoding[i][1]]),
+            reverse=True,
+        )
+        return decoding[order[-1]][0], None
 
     def order_waiting(self, batch: Scheduler) -> None:
         """managers/schedule_policy.py `SchedulePolicy.calc_priority`: LPM sorts the waiting queue by

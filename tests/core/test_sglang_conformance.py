@@ -271,3 +271,21 @@ def test_admission_waits_for_the_new_token_ratio_estimate() -> None:
     )
     assert step > 0
     assert run("sglang") == pytest.approx(0.01 * (1 + step), rel=1e-9)
+
+
+def test_retraction_victim_has_decoded_least_then_the_longest_prompt() -> None:
+    """schedule_batch.py `ScheduleBatch.retract_decode`: sort by (len(output_ids),
+    -len(origin_input_ids)) in reverse, stably, and pop the last."""
+    prompts = [100, 50, 200, 200]
+
+    def victim(decoding: list[tuple[int, int, int]]) -> int:
+        batch = SimpleNamespace(
+            decode_sequences=lambda: decoding, info=SimpleNamespace(prompt_tokens=prompts)
+        )
+        seq_id, group = SglangPolicy().preemption_victim(batch)
+        assert group is None
+        return seq_id
+
+    assert victim([(10, 0, 5), (11, 1, 3), (12, 2, 9)]) == 11  # fewest decoded tokens
+    assert victim([(10, 0, 3), (11, 1, 3), (12, 2, 3)]) == 12  # then the longest prompt
+    assert victim([(12, 2, 3), (13, 3, 3)]) == 13  # then the newest (last in running order)
