@@ -187,6 +187,7 @@ def _make_hybrid(
 def _make_radix(
     capacity_tokens: int,
     block_size: Any = 1,
+    max_model_len: Any = None,
     num_layers: Any = None,
     num_window_layers: Any = None,
     window_tokens: Any = None,
@@ -199,7 +200,8 @@ def _make_radix(
             "radix: models with sliding-window layers are not modelled (SGLang uses SWARadixCache "
             "there); use paged or hybrid"
         )
-    return RadixAllocator(capacity_tokens, size)
+    max_len = None if max_model_len is None else int_param(name, "max_model_len", max_model_len)
+    return RadixAllocator(capacity_tokens, size, max_len)
 
 
 def _make_virtual(
@@ -323,8 +325,8 @@ BUILTIN_ENTRIES: tuple[AllocatorEntry, ...] = (
     AllocatorEntry(
         name="radix",
         factory=_make_radix,
-        params=frozenset({"block_size"}) | _WINDOW_PARAMS,
-        scenario_params=frozenset({"block_size"}) | _WINDOW_PARAMS,
+        params=frozenset({"block_size", "max_model_len"}) | _WINDOW_PARAMS,
+        scenario_params=frozenset({"block_size", "max_model_len"}) | _WINDOW_PARAMS,
         min_capacity=_one_block,
     ),
     AllocatorEntry(

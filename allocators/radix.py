@@ -67,9 +67,10 @@ class RadixAllocator(AllocatorBase):
     allocates_per_chunk = True  # SGLang allocates each prefill chunk's slots when it runs
     content_identity = True  # every request's tokens need a name: the tree caches all of them
 
-    def __init__(self, capacity_tokens: int, page_tokens: int = 1) -> None:
+    def __init__(self, capacity_tokens: int, page_tokens: int = 1, max_model_len: int | None = None) -> None:
         self.name = "radix"
         self.capacity_tokens = capacity_tokens
+        self.max_model_len = max_model_len  # a sequence never grows past it (SGLang's context_len)
         self.page_tokens = page_tokens
         self.swap_block_tokens = page_tokens
         self.num_pages = capacity_tokens // page_tokens
@@ -136,6 +137,8 @@ class RadixAllocator(AllocatorBase):
         return self._pages(seq.prompt_tokens) * self.page_tokens
 
     def rejection_reason(self, seq: SeqSpec) -> str:
+        if self.max_model_len is not None and seq.prompt_tokens > self.max_model_len:
+            return "prompt_exceeds_max_model_len"
         need = self._pages(seq.prompt_tokens)
         if need > self.num_pages:
             return f"needs {need} pages of {self.page_tokens} tokens, the cache has {self.num_pages}"
@@ -145,6 +148,8 @@ class RadixAllocator(AllocatorBase):
         """match_prefix, lock the match, allocate the rest of the prompt (or its first chunk), insert it."""
         seq_id = seq.seq_id
         check_new_seq(self, seq_id)
+        if self.max_model_len is not None and seq.prompt_tokens > self.max_model_len:
+            return False
         self._anonymous += 1
         runs = prompt_runs(seq, self._anonymous)
         tree = self.tree
@@ -175,7 +180,10 @@ class RadixAllocator(AllocatorBase):
         private = self.lengths_tokens[seq_ids] - self.depth_tokens[seq_ids]
         need = ceil_div(private + num_tokens, self.page_tokens) - ceil_div(private, self.page_tokens)
         total = int(need.sum())
-        if total <= self._available_pages():
+        too_long = self.max_model_len is not None and int(self.lengths_tokens[seq_ids].max()) + num_tokens > (
+            self.max_model_len
+        )
+        if total <= self._available_pages() and not too_long:
             self._take_pages(total)
             self.lengths_tokens[seq_ids] += num_tokens
             self.private_tokens_total += num_tokens * seq_ids.size
@@ -185,8 +193,10 @@ class RadixAllocator(AllocatorBase):
         else:  # not all fit: in order, each sequence that fits grows, the others fail unchanged
             ok: list[int] = []
             bad: list[int] = []
+            limit = self.max_model_len
             for seq_id, pages in zip(seq_ids.tolist(), need.tolist(), strict=True):
-                if pages > self._available_pages():
+                over = limit is not None and int(self.lengths_tokens[seq_id]) + num_tokens > limit
+                if over or pages > self._available_pages():
                     bad.append(seq_id)
                     continue
                 self._take_pages(pages)
@@ -216,6 +226,10 @@ class RadixAllocator(AllocatorBase):
         seq_ids = np.asarray(seq_ids, dtype=np.int64)
         if seq_ids.size == 0 or limit <= 0:
             return max(0, limit) if seq_ids.size == 0 else 0
+        if self.max_model_len is not None:
+            limit = min(limit, self.max_model_len - int(self.lengths_tokens[seq_ids].max()))
+            if limit <= 0:
+                return 0
         pages = self.free_pages
         if self.page_tokens == 1:
             return int(min(limit, pages // seq_ids.size))
