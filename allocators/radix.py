@@ -42,13 +42,12 @@ _ROWS = {"live": False, "lengths_tokens": 0, "depth_tokens": 0, "prompt_tokens":
 class _SeqContent:
     """What a live sequence's tokens are: runs up to `base_end`, then its growth stream."""
 
-    __slots__ = ("runs", "base_end", "growth", "prompt_tokens", "node", "hit_tokens")
+    __slots__ = ("runs", "base_end", "growth", "node", "hit_tokens")
 
-    def __init__(self, runs: list[Run], growth: Hashable, prompt_tokens: int, node: TreeNode) -> None:
+    def __init__(self, runs: list[Run], growth: Hashable, node: TreeNode) -> None:
         self.runs = runs
         self.base_end = runs[-1][2] if runs else 0
         self.growth = growth
-        self.prompt_tokens = prompt_tokens
         self.node = node  # last tree node it locks (the root when none)
         self.hit_tokens = 0
 
@@ -166,7 +165,7 @@ class RadixAllocator(AllocatorBase):
         ensure_rows(self, seq_id, _ROWS)
         self.live[seq_id] = True
         self.prompt_tokens[seq_id] = seq.prompt_tokens
-        content = _SeqContent(runs, generated_stream(seq, self._anonymous), seq.prompt_tokens, node)
+        content = _SeqContent(runs, generated_stream(seq, self._anonymous), node)
         content.hit_tokens = matched
         self._content[seq_id] = content
         self._set_private(seq_id, held, matched)
@@ -283,7 +282,6 @@ class RadixAllocator(AllocatorBase):
         content = _SeqContent(
             parent.runs_to(length),
             generated_stream(child, self._anonymous),
-            parent.prompt_tokens,
             parent.node,
         )
         content.hit_tokens = parent.hit_tokens
