@@ -262,6 +262,18 @@ class Allocator(Protocol):
         """Why `seq` can never be admitted, even into an empty cache ("" when it can be)."""
         ...
 
+    def available_tokens(self) -> int:
+        """Slots a new request could take now: free ones plus cached ones evictable on demand.
+
+        SGLang's scheduler admits against this (`available_size() + evictable_size()`,
+        sglang/srt/managers/schedule_policy.py `PrefillAdder`), so its policy asks every allocator.
+        """
+        ...
+
+    def cached_prefix_tokens(self, seq: SeqSpec) -> int:
+        """Prompt tokens of `seq` the cache holds now, without changing anything (0 without a cache)."""
+        ...
+
     def breakdown_integral(
         self,
         seq_ids: np.ndarray,
@@ -299,6 +311,14 @@ class AllocatorBase:
     def rejection_reason(self, seq: SeqSpec) -> str:
         """No reason of its own: the engine says the demand exceeds the cache."""
         return ""
+
+    def available_tokens(self) -> int:
+        """Free slots (which include cached ones, evictable on demand) from the taxonomy."""
+        return self.breakdown(0).free  # type: ignore[attr-defined]
+
+    def cached_prefix_tokens(self, seq: SeqSpec) -> int:
+        """No content cache to look into."""
+        return 0
 
     def breakdown_integral(
         self,

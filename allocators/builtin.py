@@ -1,4 +1,5 @@
-"""The built-in allocator families, each declared once: contiguous, request_limit, paged, virtual.
+"""The built-in allocator families, each declared once: contiguous, request_limit, paged, virtual,
+radix, hybrid.
 
 Why one entry per family: an entry is all that the scenario, the CLI and the reports know about an
 allocator (see `allocators.entry`). Its factory checks every argument at the boundary and builds the
@@ -25,6 +26,7 @@ from allocators.hybrid import HybridPagedAllocator
 from allocators.hybrid_caching import HybridPrefixCachingAllocator
 from allocators.paged import PagedAllocator
 from allocators.placement import available_placements, make_placement
+from allocators.radix import RadixAllocator
 from allocators.virtual import VirtualAllocator
 from allocators.windowed import LayerPlan, UniformWindowAccounting, WindowedSlabAllocator, layer_plan
 
@@ -112,6 +114,16 @@ def _make_request_limit(
     )
 
 
+def _block_size(name: str, block_size: Any, capacity_tokens: int) -> int:
+    """A block (page) size that fits the cache at least once."""
+    size = int_param(name, "block_size", block_size)
+    if size > capacity_tokens:
+        raise AllocatorConfigError(
+            f"{name}: block_size must be <= capacity_tokens ({capacity_tokens}), got {size}"
+        )
+    return size
+
+
 def _make_paged(
     capacity_tokens: int,
     block_size: Any = 16,
@@ -123,11 +135,7 @@ def _make_paged(
     window_tokens: Any = None,
 ) -> Allocator:
     name = "paged"
-    size = int_param(name, "block_size", block_size)
-    if size > capacity_tokens:
-        raise AllocatorConfigError(
-            f"paged: block_size must be <= capacity_tokens ({capacity_tokens}), got {size}"
-        )
+    size = _block_size(name, block_size, capacity_tokens)
     caching = bool_param(name, "enable_prefix_caching", enable_prefix_caching)
     sharing = bool_param(name, "share_prefixes", share_prefixes)
     if caching and not sharing:
@@ -174,6 +182,26 @@ def _make_hybrid(
     # prefix caching under sliding windows: vLLM's hit rule (allocators/hybrid_caching.py)
     cls = HybridPrefixCachingAllocator if caching else HybridPagedAllocator
     return cls(capacity_tokens, size, plan, max_model_len=max_len, prefill_chunk_tokens=chunk)
+
+
+def _make_radix(
+    capacity_tokens: int,
+    block_size: Any = 1,
+    max_model_len: Any = None,
+    num_layers: Any = None,
+    num_window_layers: Any = None,
+    window_tokens: Any = None,
+) -> Allocator:
+    """SGLang's token pool with its radix cache (allocators/radix.py); block_size is SGLang's --page-size."""
+    name = "radix"
+    size = _block_size(name, block_size, capacity_tokens)
+    if _window_plan(name, num_layers, num_window_layers, window_tokens) is not None:
+        raise AllocatorConfigError(
+            "radix: models with sliding-window layers are not modelled (SGLang uses SWARadixCache "
+            "there); use paged or hybrid"
+        )
+    max_len = None if max_model_len is None else int_param(name, "max_model_len", max_model_len)
+    return RadixAllocator(capacity_tokens, size, max_len)
 
 
 def _make_virtual(
@@ -293,6 +321,13 @@ BUILTIN_ENTRIES: tuple[AllocatorEntry, ...] = (
         min_capacity=_one_page,
         check=_page_bytes_problem,
         derived_defaults=_default_page,
+    ),
+    AllocatorEntry(
+        name="radix",
+        factory=_make_radix,
+        params=frozenset({"block_size", "max_model_len"}) | _WINDOW_PARAMS,
+        scenario_params=frozenset({"block_size", "max_model_len"}) | _WINDOW_PARAMS,
+        min_capacity=_one_block,
     ),
     AllocatorEntry(
         name="hybrid",

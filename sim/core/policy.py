@@ -59,6 +59,10 @@ class SchedulePolicy(Protocol):
         """Whether preempting a sample of `req` swaps it to CPU memory (else it is recomputed later)."""
         ...
 
+    def preemption_victim(self, batch: Scheduler) -> tuple[int, PrefillGroup | None]:
+        """Which running unit to preempt when memory runs out (`Scheduler.newest_unit`'s form)."""
+        ...
+
 
 class ContinuousBatchingPolicy:
     """Iteration-level scheduling with mixed steps: every step runs the running decodes, swaps in what
@@ -93,3 +97,7 @@ class ContinuousBatchingPolicy:
 
     def swaps_out(self, batch: Scheduler, req: int) -> bool:
         return batch.preemption_mode == "swap"
+
+    def preemption_victim(self, batch: Scheduler) -> tuple[int, PrefillGroup | None]:
+        """Newest first (vLLM v0 `_schedule` and v1 `schedule`: `self.running.pop()`)."""
+        return batch.newest_unit()

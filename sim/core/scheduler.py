@@ -347,6 +347,19 @@ class Scheduler:
 
     # -- mechanics a policy composes a step of ----------------------------------------------------------
 
+    def decode_progress(self) -> tuple[list[int], list[int]]:
+        """(tokens generated, the client's limit) of each running decode sequence, for engines whose
+        admission estimates the decode tokens still to come (SGLang's new_token_ratio)."""
+        it, info = self.it, self.info
+        generated = [rec[_EM_OFF] + it for rec in self.decode.values()]
+        limits = [info.max_tokens_eff[rec[_REQ]] for rec in self.decode.values()]
+        return generated, limits
+
+    def decode_sequences(self) -> list[tuple[int, int, int]]:
+        """(seq id, request, tokens generated) of each running decode sequence, oldest first."""
+        it = self.it
+        return [(seq_id, rec[_REQ], rec[_EM_OFF] + it) for seq_id, rec in self.decode.items()]
+
     def unfinished_samples(self, req: int) -> int:
         """Samples of `req` not finished yet (parallel sampling: n of them at admission)."""
         return int(self.log.samples_left[req])
@@ -375,16 +388,28 @@ class Scheduler:
             budget -= chunk
         return budget
 
-    def admit_waiting(self, plan: StepPlan, budget: int, now_s: float, *, per_chunk: bool = False) -> int:
+    def admit_waiting(
+        self,
+        plan: StepPlan,
+        budget: int,
+        now_s: float,
+        *,
+        per_chunk: bool = False,
+        gate: Callable[[WorkItem], bool] | None = None,
+    ) -> int:
         """FCFS admissions from the waiting queue within `budget` tokens; returns the budget left.
 
         `per_chunk`: the admitted prompt holds blocks for its hits and first chunk only, the rest
         is allocated chunk by chunk (vLLM v1 `kv_cache_manager.py` `allocate_slots` with
         `num_new_tokens`), where chunked prefill is on and the allocator can.
+        `gate`: the engine's own admission test, asked for the head of the queue before the
+        allocator; False stops admission there (head-of-line blocking, as a memory refusal does).
         """
         per_chunk = per_chunk and self._can_allocate_per_chunk
         if not self.swapped:
             while self.waiting:
+                if gate is not None and not gate(self.waiting[0]):
+                    break
                 admitted = self._try_admit(self.waiting[0], budget, now_s, per_chunk)
                 if admitted is None:
                     if self.num_seqs == 0:  # cannot fit even alone: refuse instead of livelocking
@@ -590,7 +615,7 @@ class Scheduler:
             return
         failed = set(int(x) for x in failed_arr)
         while failed:
-            victim_id, victim_group = self._newest_unit()
+            victim_id, victim_group = self.policy.preemption_victim(self)
             if self.num_seqs == len(self.decode) and len(self.decode) == 1:
                 # Livelock guard: the only sequence cannot grow with everything else gone. Truncate it.
                 rec = self._stop_decode(victim_id)
@@ -606,7 +631,9 @@ class Scheduler:
                 retry = np.fromiter(sorted(failed), dtype=np.int64, count=len(failed))
                 failed = set(int(x) for x in self.alloc.grow(retry, 1))
 
-    def _newest_unit(self) -> tuple[int, PrefillGroup | None]:
+    def newest_unit(self) -> tuple[int, PrefillGroup | None]:
+        """The newest running unit: (decode seq id, None), or (-1 or a seq id, the prefill group) when
+        a partly prefilled group is newer; vLLM preempts it first (`self.running.pop()`)."""
         best_stamp, best_id, best_group = -1, -1, None
         for seq_id, rec in self.decode.items():
             key = rec[_STAMP]
@@ -649,7 +676,7 @@ class Scheduler:
         seq_id = group.seq_ids[0]
         ids = np.asarray([seq_id], dtype=np.int64)
         while len(self.alloc.grow(ids, chunk)):
-            victim_id, victim_group = self._newest_unit()
+            victim_id, victim_group = self.policy.preemption_victim(self)
             if victim_group is group:
                 self._preempt_group(group, now_s)
                 return False

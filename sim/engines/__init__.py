@@ -12,12 +12,14 @@ from sim.engines.registry import (
     register_engine,
     unregister_engine,
 )
+from sim.engines.sglang import SglangPolicy
 from sim.engines.vllm_v0 import VllmV0Policy
 from sim.engines.vllm_v1 import VllmV1Policy
 
 __all__ = [
     "DEFAULT_ENGINE",
     "EnginePolicy",
+    "SglangPolicy",
     "VllmV0Policy",
     "VllmV1Policy",
     "available_engines",

@@ -9,6 +9,7 @@ engines, and a name nobody registered is refused with the known ones.
 from __future__ import annotations
 
 from sim.engines.base import EnginePolicy
+from sim.engines.sglang import SglangPolicy
 from sim.engines.vllm_v0 import VllmV0Policy
 from sim.engines.vllm_v1 import VllmV1Policy
 
@@ -43,5 +44,5 @@ def available_engines() -> list[str]:
     return list(_REGISTRY)
 
 
-for _policy in (VllmV0Policy(), VllmV1Policy()):
+for _policy in (VllmV0Policy(), VllmV1Policy(), SglangPolicy(), SglangPolicy("fcfs")):
     register_engine(_policy)

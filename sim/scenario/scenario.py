@@ -440,6 +440,8 @@ class Scenario(BaseModel):
         policy = self.engine_policy()
         for name, value in policy.preset_flags.items():
             if name not in given:
+                if name == "allocator":  # a preset names its allocator by the string form (sglang: radix)
+                    value = AllocatorSpec.model_validate(value)
                 object.__setattr__(self, name, value)
         problem = policy.preemption_mode_problem(self.preemption_mode)
         if problem is not None:

@@ -295,6 +295,7 @@ def test_hole_stats_and_rejection_reason(name: str) -> None:
         "contiguous": {"max_model_len": 64},
         "request_limit": {"max_model_len": 64},
         "paged": {"block_size": 8, "max_model_len": 64},
+        "radix": {"block_size": 1, "max_model_len": 64},
         "virtual": {"max_model_len": 64, "page_bytes": 32, "bytes_per_token_per_layer": 4},
         "hybrid": {
             "block_size": 8,

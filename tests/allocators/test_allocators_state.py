@@ -75,6 +75,13 @@ PARAM_STRATEGIES: dict[str, st.SearchStrategy[dict[str, Any]]] = {
             "bytes_per_token_per_layer": st.just(4),
         }
     ),
+    # SGLang's page size: 1 (its default) and whole pages (machine in test_radix_state.py)
+    "radix": st.fixed_dictionaries(
+        {
+            "block_size": st.sampled_from([1, 1, 4, 16]),
+            "max_model_len": st.sampled_from([None, MAX_MODEL_LEN]),
+        }
+    ),
     # layer counts with gcd 1, so a block is block_size layer-slots (the refusal check below)
     "hybrid": st.fixed_dictionaries(
         {
