@@ -11,9 +11,12 @@ slots x bytes-per-token, which the caller knows; the allocator does not.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import NamedTuple, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, NamedTuple, Protocol, runtime_checkable
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from allocators.cpu_tier import CpuTier
 
 
 class AllocatorConfigError(ValueError):
@@ -209,6 +212,9 @@ class Allocator(Protocol):
     # generated): then every request's own tokens need a name (`SeqSpec.content_key`), as vLLM hashes
     # each full block's token ids (v1 block_pool.py `BlockPool.cache_full_blocks`).
     content_identity: bool
+    # The CPU tier under the prefix cache (vLLM v1's KV-offloading connector, allocators/cpu_tier.py),
+    # or None: the engine prices its PCIe traffic each step and the summary reports its hits.
+    cpu_tier: CpuTier | None
 
     def demand_tokens(self, seq: SeqSpec) -> int:
         """Slots this policy needs free, in one piece where the policy needs one, to admit `seq`."""
@@ -295,6 +301,7 @@ class AllocatorBase:
     frees_while_growing: bool = False  # memory comes back only when a sequence is released
     swap_block_tokens: int = 1  # swapped token by token (a slab moves exactly its tokens)
     content_identity: bool = False  # no content cache: requests need no names beyond their prompt's
+    cpu_tier: CpuTier | None = None  # no CPU tier: nothing is offloaded
 
     def rejection_reason(self, seq: SeqSpec) -> str:
         """No reason of its own: the engine says the demand exceeds the cache."""

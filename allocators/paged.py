@@ -30,6 +30,7 @@ import numpy as np
 
 from allocators.base import AllocatorBase, Layout, MemoryBreakdown, SeqSpec
 from allocators.block_pool import BlockPool
+from allocators.cpu_tier import CpuTier
 from allocators.holes import uniform_hole_stats
 from allocators.jump_integral import paged_breakdown_integral
 from allocators.ledger import DuplicateLedger
@@ -82,6 +83,7 @@ class PagedAllocator(AllocatorBase):
         share_prefixes: bool = True,
         fork_copies: bool = False,
         max_model_len: int | None = None,
+        cpu_tier_tokens: int | None = None,
     ) -> None:
         self.name = name
         self.capacity_tokens = capacity_tokens
@@ -101,6 +103,12 @@ class PagedAllocator(AllocatorBase):
         # live sequences with a content identity (SeqSpec.content_key): their blocks filled after
         # admission (decode, later chunks) are named at release, see `_name_filled_blocks`
         self._content_of: dict[int, SeqSpec] = {}
+        # The CPU tier under the prefix cache (allocators/cpu_tier.py; None: no tier), and per live
+        # sequence the index of its next block to store there (vLLM `_next_stored_block_idx`).
+        self.cpu_tier = (
+            None if cpu_tier_tokens is None else CpuTier(cpu_tier_tokens // block_size, block_size)
+        )
+        self._tier_next_block: dict[int, int] = {}
         self.live = np.zeros(0, dtype=bool)
         self._num_live = 0  # live.sum(), kept in step (the jump integral asks whether ids are all live)
         self.lengths_tokens = np.zeros(0, dtype=np.int64)
@@ -295,7 +303,8 @@ class PagedAllocator(AllocatorBase):
         if not _has_named_content(seq):
             return self._admit_plain(seq)
         keys, hits = self._prefix_hits(seq)
-        held_tokens = self._held_at_admission(seq, len(hits))
+        loaded = self._cpu_hit_blocks(seq, keys, len(hits)) if self.cpu_tier is not None else 0
+        held_tokens = self._held_at_admission(seq, len(hits) + loaded)
         prompt_blocks = int(ceil_div(held_tokens, self.block_size))  # held now (the prompt but per chunk)
         hit_blocks = np.asarray(hits, dtype=np.int64) if hits else _EMPTY_IDS
         live_hits = int((self.pool.refcount[hit_blocks] > 0).sum()) if hits else 0
@@ -340,13 +349,47 @@ class PagedAllocator(AllocatorBase):
         # `get_computed_blocks`: max_cache_hit_length = num_tokens - 1, then whole blocks). The
         # recomputed block still shares memory here (vLLM writes a second copy of it: one block).
         self.prefix_hit[sid] = (
-            min(hit_blocks.size, (seq.prompt_tokens - 1) // self.block_size) * self.block_size
+            min(hit_blocks.size + loaded, (seq.prompt_tokens - 1) // self.block_size) * self.block_size
         )
+        if self.cpu_tier is not None:
+            self._tier_admitted(seq, keys, hit_blocks.size, loaded, named_full)
         if seq.content_key is not None and self.enable_prefix_caching:
             self._content_of[sid] = seq
         self._count_in(sid, 1)
         self._set_limits_of(sid)
         return True
+
+    def _cpu_hit_blocks(self, seq: SeqSpec, keys: tuple[Hashable, ...], gpu_hit_blocks: int) -> int:
+        """Blocks to load from the CPU tier: its run of the prompt's keys after the GPU hit.
+
+        Capped, like the GPU hit, at the whole blocks before the prompt's last token, which is always
+        computed (vLLM `Scheduler._update_waiting_for_remote_kv` drops one token of a full hit; kvsim
+        drops the whole block, as for GPU hits: kv_cache_manager.py `get_computed_blocks`).
+        """
+        room = (seq.prompt_tokens - 1) // self.block_size - gpu_hit_blocks
+        if room <= 0 or not keys:
+            return 0
+        return min(room, self.cpu_tier.run_length(keys, gpu_hit_blocks))  # type: ignore[union-attr]
+
+    def _tier_admitted(
+        self, seq: SeqSpec, keys: tuple[Hashable, ...], gpu_hit_blocks: int, loaded: int, named_full: int
+    ) -> None:
+        """The CPU tier's side of an admission: count the lookup, store the blocks computed now.
+
+        vLLM (offloading_connector.py `OffloadingConnectorScheduler`): a request that loaded CPU
+        blocks stores from the end of its hit on (`update_state_after_alloc` sets
+        `_next_stored_block_idx`); any other stores every full block scheduled so far, GPU hits
+        included, and the tier skips what it holds (`_get_reqs_to_store`, `prepare_store`). Its
+        keys are touched, head last (`get_num_new_matched_tokens` and the store both touch).
+        """
+        tier = self.cpu_tier
+        assert tier is not None
+        gpu_hit_tokens = min(gpu_hit_blocks, (seq.prompt_tokens - 1) // self.block_size) * self.block_size
+        tier.record_admission(seq.prompt_tokens, gpu_hit_tokens, loaded)
+        first = gpu_hit_blocks + loaded if loaded else 0
+        tier.store(keys[first:named_full])
+        tier.touch(keys[:named_full])
+        self._tier_next_block[seq.seq_id] = max(named_full, first)
 
     def _held_at_admission(self, seq: SeqSpec, hit_blocks: int) -> int:
         """Tokens a new sequence holds at admission: its prompt, or (per chunk) its hits + first chunk."""
@@ -387,6 +430,8 @@ class PagedAllocator(AllocatorBase):
         self.final_tail_tokens[sid] = tail
         self.final_block_from_tokens[sid] = final + tail - bs + 1
         self.prefix_hit[sid] = 0
+        if self.cpu_tier is not None:  # nothing named, nothing to store: the lookup still counts
+            self.cpu_tier.record_admission(seq.prompt_tokens, 0, 0)
         # _count_in(sid, 1) and _set_limits_of(sid), from the values just stored
         held = prompt_blocks * bs
         self._stored_tokens += prompt
@@ -679,6 +724,11 @@ class PagedAllocator(AllocatorBase):
             block = int(blocks[index])
             if not pool.has_key[block] and pool.refcount[block] == 1:
                 pool.register(block, key)
+        tier = self.cpu_tier
+        if tier is not None:
+            # the blocks filled since admission (decode, later chunks) reach the CPU tier as well
+            tier.store(keys[self._tier_next_block.pop(seq_id, 0) :])
+            tier.touch(keys)
 
     def release(self, seq_id: int) -> None:
         check_live_seq(self, seq_id)
@@ -687,6 +737,8 @@ class PagedAllocator(AllocatorBase):
         slot = self.table_slot.item(seq_id)
         if self._content_of and seq_id in self._content_of:
             self._name_filled_blocks(seq_id, self._tables[slot, :count].astype(np.int64))
+        elif self._tier_next_block:
+            self._tier_next_block.pop(seq_id, None)
         blocks = self._tables[slot, :count][::-1].astype(np.int64)  # tail first: evicted first
         freed = self.pool.release(blocks)
         if self._block_content:  # as _drop_content, without the call when nothing is named
@@ -739,6 +791,8 @@ class PagedAllocator(AllocatorBase):
         self.prefix_hit[sid] = min(length, child.prompt_tokens)
         if child.content_key is not None and self.enable_prefix_caching:
             self._content_of[sid] = child
+        if parent_id in self._tier_next_block:  # the shared blocks were stored with the parent's
+            self._tier_next_block[sid] = self._tier_next_block[parent_id]
         self._count_in(sid, 1)
         self._set_limits(np.array([parent_id, sid], dtype=np.int64))  # either may now be copy-on-write
         return True
