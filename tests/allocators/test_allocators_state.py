@@ -365,6 +365,66 @@ _HybridCachingMachine.TestCase.settings = settings(settings(), stateful_step_cou
 TestHybridCachingMachine = _HybridCachingMachine.TestCase
 
 
+class _PagedTierMachine(AllocatorMachine):
+    """Paged with prefix caching and a CPU tier (--kv-offloading-size, allocators/cpu_tier.py): the same
+    rules and GPU invariants as paged, and the tier never holds more blocks than its capacity, holds
+    each key once, and its counters agree (stored - evicted = held; every CPU hit was one load)."""
+
+    allocator_name = "paged"
+
+    # small GPU caches, so cached prefixes are evicted from the GPU and come back from the CPU tier
+    @initialize(capacity=st.integers(48, 160), data=st.data())
+    def build(self, capacity: int, data: st.DataObject) -> None:
+        block_size = data.draw(st.sampled_from([1, 4, 8]), label="block_size")
+        tier_blocks = data.draw(st.sampled_from([0, 1, 3, 12, 60]), label="tier_blocks")
+        self.alloc = make_allocator(
+            "paged",
+            capacity_tokens=capacity,
+            block_size=block_size,
+            enable_prefix_caching=True,
+            cpu_tier_tokens=tier_blocks * block_size,
+        )
+
+    @rule(fields=SPEC_FIELDS)
+    def admit(self, fields: dict[str, Any]) -> None:
+        loaded_before = self.alloc.cpu_tier.counters.loaded_tokens
+        super().admit(fields)
+        if self.alloc.cpu_tier.counters.loaded_tokens > loaded_before:
+            event("admit: loaded from the CPU tier")
+
+    @rule()
+    def flush_gpu_cache(self) -> None:
+        """A plain request that takes every free block and leaves: the GPU's cached blocks are evicted,
+        so the next request with a cached prefix can only find it in the CPU tier."""
+        free_tokens = self.alloc.pool.num_free * self.alloc.block_size
+        if free_tokens == 0:
+            return
+        seq = SeqSpec(seq_id=self.next_id, prompt_tokens=free_tokens, max_tokens=1, output_tokens=1)
+        self.next_id += 1
+        assert self.alloc.admit(seq)
+        assert self.alloc.pool.num_cached == 0
+        self.alloc.release(seq.seq_id)
+
+    @invariant()
+    def tier_within_capacity(self) -> None:
+        if self.alloc is None:
+            return
+        tier = self.alloc.cpu_tier
+        assert 0 <= tier.used_blocks <= tier.capacity_blocks
+        counters = tier.counters
+        assert counters.stored_tokens - counters.evicted_tokens == tier.used_tokens
+        assert counters.cpu_hit_tokens == counters.loaded_tokens
+        assert counters.gpu_hit_tokens + counters.cpu_hit_tokens <= counters.queried_tokens
+        assert tier.used_tokens <= counters.peak_used_tokens <= tier.capacity_tokens
+        load_tokens, store_tokens = tier.take_transfers()
+        assert load_tokens % tier.block_size == 0 and store_tokens % tier.block_size == 0
+        assert tier.take_transfers() == (0, 0)
+
+
+_PagedTierMachine.TestCase.settings = settings(settings(), stateful_step_count=40)
+TestPagedTierMachine = _PagedTierMachine.TestCase
+
+
 def test_every_allocator_has_a_machine() -> None:
     from allocators import available
 
