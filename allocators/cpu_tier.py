@@ -139,7 +139,11 @@ class CpuTier:
         counters.loaded_tokens += loaded_tokens
         self._pending_load_blocks += loaded_blocks
 
-    # -- what the engine asks --------------------------------------------------------------------------
+    # -- what the engine asks (allocators.base.OffloadTier) --------------------------------------------
+
+    def totals(self) -> dict[str, int]:
+        """The running counters (token slots), for the summary."""
+        return self.counters.as_dict()
 
     def take_transfers(self) -> tuple[int, int]:
         """(tokens loaded CPU -> GPU, tokens stored GPU -> CPU) since the last call; resets both."""

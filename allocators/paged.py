@@ -105,7 +105,7 @@ class PagedAllocator(AllocatorBase):
         self._content_of: dict[int, SeqSpec] = {}
         # The CPU tier under the prefix cache (allocators/cpu_tier.py; None: no tier), and per live
         # sequence the index of its next block to store there (vLLM `_next_stored_block_idx`).
-        self.cpu_tier = (
+        self.cpu_tier: CpuTier | None = (
             None if cpu_tier_tokens is None else CpuTier(cpu_tier_tokens // block_size, block_size)
         )
         self._tier_next_block: dict[int, int] = {}

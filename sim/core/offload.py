@@ -13,14 +13,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from allocators.cpu_tier import CpuTier
+from allocators.base import OffloadTier
 from sim.core.protocols import StepCostModel
 
 
 class OffloadLedger:
     """Per-run accounting of one CPU tier: transfer time added to steps, occupancy x time."""
 
-    def __init__(self, tier: CpuTier) -> None:
+    def __init__(self, tier: OffloadTier) -> None:
         self.tier = tier
         self.used_token_s = 0.0  # integral of the tier's occupancy (token slots) over simulated time
         self.transfer_s = 0.0  # step time added by PCIe transfers, summed over steps
@@ -50,7 +50,7 @@ class OffloadLedger:
     def totals(self) -> dict[str, Any]:
         """The tier's counters and this ledger's integrals, for `summarize` (token slots, seconds)."""
         return {
-            **self.tier.counters.as_dict(),
+            **self.tier.totals(),
             "capacity_tokens": self.tier.capacity_tokens,
             "used_token_s": self.used_token_s,
             "transfer_s": self.transfer_s,
