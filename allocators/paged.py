@@ -109,6 +109,9 @@ class PagedAllocator(AllocatorBase):
             None if cpu_tier_tokens is None else CpuTier(cpu_tier_tokens // block_size, block_size)
         )
         self._tier_next_block: dict[int, int] = {}
+        # live sequences whose prompt is still arriving chunk by chunk (per-chunk admission), with
+        # their prompt length: the tier stores each chunk's full blocks as it is computed
+        self._tier_prefilling: dict[int, int] = {}
         self.live = np.zeros(0, dtype=bool)
         self._num_live = 0  # live.sum(), kept in step (the jump integral asks whether ids are all live)
         self.lengths_tokens = np.zeros(0, dtype=np.int64)
@@ -351,10 +354,10 @@ class PagedAllocator(AllocatorBase):
         self.prefix_hit[sid] = (
             min(hit_blocks.size + loaded, (seq.prompt_tokens - 1) // self.block_size) * self.block_size
         )
-        if self.cpu_tier is not None:
-            self._tier_admitted(seq, keys, hit_blocks.size, loaded, named_full)
         if seq.content_key is not None and self.enable_prefix_caching:
             self._content_of[sid] = seq
+        if self.cpu_tier is not None:
+            self._tier_admitted(seq, keys, hit_blocks.size, loaded, named_full)
         self._count_in(sid, 1)
         self._set_limits_of(sid)
         return True
@@ -390,6 +393,8 @@ class PagedAllocator(AllocatorBase):
         tier.store(keys[first:named_full])
         tier.touch(keys[:named_full])
         self._tier_next_block[seq.seq_id] = max(named_full, first)
+        if self.lengths_tokens.item(seq.seq_id) < seq.prompt_tokens and seq.seq_id in self._content_of:
+            self._tier_prefilling[seq.seq_id] = seq.prompt_tokens  # the rest comes chunk by chunk
 
     def _held_at_admission(self, seq: SeqSpec, hit_blocks: int) -> int:
         """Tokens a new sequence holds at admission: its prompt, or (per chunk) its hits + first chunk."""
@@ -487,6 +492,8 @@ class PagedAllocator(AllocatorBase):
         seq_ids = np.asarray(seq_ids, dtype=np.int64)
         if num_tokens <= 0 or seq_ids.size == 0:
             return _EMPTY_IDS
+        if self._tier_prefilling and seq_ids.size == 1 and seq_ids.item(0) in self._tier_prefilling:
+            return self._grow_chunk_stored(seq_ids, num_tokens)
         if seq_ids.size <= _SCALAR_GROW_MAX and num_tokens <= self.block_size:
             return self._grow_few(seq_ids.tolist(), num_tokens)
         lengths = self.lengths_tokens[seq_ids]
@@ -508,6 +515,38 @@ class PagedAllocator(AllocatorBase):
         self.lengths_tokens[event_ids] = lengths[eventful]
         self._stored_tokens -= event_ids.size * num_tokens
         return self._grow_general(event_ids, num_tokens)
+
+    def _grow_chunk_stored(self, seq_ids: np.ndarray, num_tokens: int) -> np.ndarray:
+        """`grow` of a prompt's next chunk under a CPU tier: the chunk's full blocks are stored as computed.
+
+        vLLM stores the blocks a step computes (`OffloadingConnectorScheduler._get_reqs_to_store`), so a
+        long prompt reaches the tier chunk by chunk, not all at its release. Only prompt chunks come
+        here (the scheduler grows one prefilling sequence at a time); decode growth is stored at
+        release, which no multi-iteration jump crosses.
+        """
+        seq_id = seq_ids.item(0)
+        prompt_tokens = self._tier_prefilling.pop(seq_id)
+        failed = self.grow(seq_ids, num_tokens)
+        if failed.size:
+            self._tier_prefilling[seq_id] = prompt_tokens
+            return failed
+        computed = min(self.lengths_tokens.item(seq_id), prompt_tokens)
+        self._tier_store_through(seq_id, computed // self.block_size)
+        if computed < prompt_tokens:
+            self._tier_prefilling[seq_id] = prompt_tokens
+        return failed
+
+    def _tier_store_through(self, seq_id: int, full_blocks: int) -> None:
+        """Store a live sequence's blocks from its next unstored one up to `full_blocks` in the CPU tier."""
+        start = self._tier_next_block.get(seq_id, 0)
+        if full_blocks <= start:
+            return
+        keys = sequence_block_keys(self._content_of[seq_id], self.block_size, full_blocks * self.block_size)
+        tier = self.cpu_tier
+        assert tier is not None
+        tier.store(keys[start:])
+        tier.touch(keys)
+        self._tier_next_block[seq_id] = full_blocks
 
     def _grow_few(self, seq_ids: list[int], num_tokens: int) -> np.ndarray:
         """`grow` for a handful of sequences (`num_tokens` <= block_size), in Python scalars.
@@ -735,6 +774,8 @@ class PagedAllocator(AllocatorBase):
         self._count_in(seq_id, -1)
         count = self.num_seq_blocks.item(seq_id)
         slot = self.table_slot.item(seq_id)
+        if self._tier_prefilling:
+            self._tier_prefilling.pop(seq_id, None)
         if self._content_of and seq_id in self._content_of:
             self._name_filled_blocks(seq_id, self._tables[slot, :count].astype(np.int64))
         elif self._tier_next_block:

@@ -392,6 +392,37 @@ class _PagedTierMachine(AllocatorMachine):
         if self.alloc.cpu_tier.counters.loaded_tokens > loaded_before:
             event("admit: loaded from the CPU tier")
 
+    @rule(prompt=st.integers(1, 70), first_chunk=st.integers(1, 40), output=st.integers(1, 30))
+    def admit_chunked(self, prompt: int, first_chunk: int, output: int) -> None:
+        """vLLM v1's per-chunk admission of a prompt named by its own request (content_key): the
+        rest of the prompt arrives through `grow`, and the tier stores each chunk's full blocks."""
+        sid = self.next_id
+        self.next_id += 1
+        seq = SeqSpec(
+            sid,
+            prompt,
+            output,
+            output,
+            content_key=("r", sid),
+            content_prompt_tokens=prompt,
+            first_chunk_tokens=first_chunk,
+        )
+        stored_before = self.alloc.cpu_tier.counters.stored_tokens
+        before = self.alloc.state_snapshot()
+        if not self.alloc.admit(seq):
+            event("admit chunked: refused")
+            assert self.alloc.state_snapshot() == before, "a refused admit changed state"
+            assert self.alloc.cpu_tier.counters.stored_tokens == stored_before
+            return
+        self.model.admit(seq)
+        held = int(self.alloc.lengths_tokens[sid])
+        assert held == min(prompt, first_chunk)
+        del self.model.labels[sid][held:]  # the model holds what the allocator holds: the first chunk
+        if held < prompt:
+            event("admit chunked: more chunks to come")
+        if self.alloc.cpu_tier.counters.stored_tokens > stored_before:
+            event("admit chunked: stored")
+
     @rule()
     def flush_gpu_cache(self) -> None:
         """A plain request that takes every free block and leaves: the GPU's cached blocks are evicted,

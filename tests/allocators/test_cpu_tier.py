@@ -140,3 +140,21 @@ def test_a_tier_needs_prefix_caching_and_a_whole_number_of_tokens() -> None:
         make_allocator("paged", capacity_tokens=64, enable_prefix_caching=True, cpu_tier_tokens=-8)
     assert make_allocator("paged", capacity_tokens=64).cpu_tier is None
     assert make_allocator("contiguous", capacity_tokens=64, max_model_len=64).cpu_tier is None
+
+
+def test_a_chunked_prompt_reaches_the_tier_chunk_by_chunk() -> None:
+    """Per-chunk admission (vLLM v1): each chunk's full blocks are stored in the step that computes
+    them (`_get_reqs_to_store`), not when the sequence is released."""
+    alloc = _tiered()
+    tier = alloc.cpu_tier
+    spec = SeqSpec(0, 40, 5, 5, content_key=("r", 0), content_prompt_tokens=40, first_chunk_tokens=12)
+    assert alloc.admit(spec) and alloc.lengths_tokens[0] == 12
+    assert tier.take_transfers() == (0, 8)  # block 0 is full
+    assert alloc.grow([0], 12).size == 0  # 24 tokens: blocks 1 and 2 full
+    assert tier.take_transfers() == (0, 16)
+    assert alloc.grow([0], 16).size == 0  # the whole 40-token prompt: blocks 3 and 4
+    assert tier.take_transfers() == (0, 16) and tier.used_blocks == 5
+    assert alloc.grow([0], 8).size == 0  # decoding: stored at release
+    assert tier.take_transfers() == (0, 0)
+    alloc.release(0)
+    assert tier.take_transfers() == (0, 8) and tier.used_blocks == 6
