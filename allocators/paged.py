@@ -538,15 +538,19 @@ class PagedAllocator(AllocatorBase):
 
     def _tier_store_through(self, seq_id: int, full_blocks: int) -> None:
         """Store a live sequence's blocks from its next unstored one up to `full_blocks` in the CPU tier."""
-        start = self._tier_next_block.get(seq_id, 0)
-        if full_blocks <= start:
-            return
-        keys = sequence_block_keys(self._content_of[seq_id], self.block_size, full_blocks * self.block_size)
+        if full_blocks > self._tier_next_block.get(seq_id, 0):
+            spec = self._content_of[seq_id]
+            self._tier_store_keys(
+                seq_id, sequence_block_keys(spec, self.block_size, full_blocks * self.block_size)
+            )
+
+    def _tier_store_keys(self, seq_id: int, keys: list[Hashable]) -> None:
+        """`keys` name a sequence's full blocks from its first on: store those not stored yet, touch all."""
         tier = self.cpu_tier
         assert tier is not None
-        tier.store(keys[start:])
+        tier.store(keys[self._tier_next_block.get(seq_id, 0) :])
         tier.touch(keys)
-        self._tier_next_block[seq_id] = full_blocks
+        self._tier_next_block[seq_id] = len(keys)
 
     def _grow_few(self, seq_ids: list[int], num_tokens: int) -> np.ndarray:
         """`grow` for a handful of sequences (`num_tokens` <= block_size), in Python scalars.
@@ -763,11 +767,10 @@ class PagedAllocator(AllocatorBase):
             block = int(blocks[index])
             if not pool.has_key[block] and pool.refcount[block] == 1:
                 pool.register(block, key)
-        tier = self.cpu_tier
-        if tier is not None:
-            # the blocks filled since admission (decode, later chunks) reach the CPU tier as well
-            tier.store(keys[self._tier_next_block.pop(seq_id, 0) :])
-            tier.touch(keys)
+        if self.cpu_tier is not None:
+            # the blocks filled since the last store (decode, a chunk's tail) reach the CPU tier as well
+            self._tier_store_keys(seq_id, keys)
+            del self._tier_next_block[seq_id]
 
     def release(self, seq_id: int) -> None:
         check_live_seq(self, seq_id)
