@@ -147,9 +147,13 @@ SMALL_RUN = [
 ]
 
 
-def test_run_takes_vllm_s_flag_in_gib_and_set_takes_a_size(tmp_path: Path) -> None:
+def test_run_takes_vllm_s_flag_in_gib_and_set_takes_a_size(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     flag = tmp_path / "flag"
     assert run_cli([*SMALL_RUN, "--kv-offloading-size", "4", "--output", str(flag)]) == 0
+    printed = capsys.readouterr().out
+    assert "prefix hits on GPU / CPU (% tokens)" in printed and "CPU tier mean / peak used (%)" in printed
     by_set = tmp_path / "set"
     assert run_cli([*SMALL_RUN, "--set", 'kv_offloading_size="4GiB"', "--output", str(by_set)]) == 0
     first = json.loads((flag / "summary.json").read_text())
@@ -199,3 +203,15 @@ def test_a_sweep_grid_over_the_tier_size(tmp_path: Path) -> None:
     assert list(table["status"]) == ["ok", "ok"]
     assert list(table["kv_offloading_size"]) == [0.0, 4.0]
     assert table["kv_offload_capacity_bytes"].iloc[0] == 0 and table["kv_offload_capacity_bytes"].iloc[1] > 0
+
+
+def test_the_report_adds_the_tier_columns_only_for_runs_with_a_tier(runs: dict) -> None:
+    from types import SimpleNamespace
+
+    from sim.reports.render import CPU_TIER_COLUMNS, TABLE_COLUMNS, format_value, table_columns
+
+    without = SimpleNamespace(summary=runs[None].summary)
+    with_tier = SimpleNamespace(summary=runs[32].summary)
+    assert table_columns([without]) == TABLE_COLUMNS
+    assert table_columns([without, with_tier]) == (*TABLE_COLUMNS, *CPU_TIER_COLUMNS)
+    assert format_value(3 * 1024**3, "gib") == "3.0"
