@@ -412,11 +412,8 @@ class Scenario(BaseModel):
                 f"field 'max_num_batched_tokens': must be >= max_num_seqs={self.max_num_seqs} "
                 f"(got {self.max_num_batched_tokens})"
             )
-        if self.kv_offloading_size is not None and not self.enable_prefix_caching:
-            raise ValueError(
-                f"field 'kv_offloading_size': the CPU tier keeps prefix-cache blocks, so it needs "
-                f"enable_prefix_caching = true (vllm-v1's default) (got {self.kv_offloading_size} GiB)"
-            )
+        if self.kv_offloading_size is not None:
+            self._check_offloading()
         if self.num_prompts is None and self.duration_s is None:
             object.__setattr__(self, "num_prompts", DEFAULT_NUM_PROMPTS)
         self._check_memory(model, gpu)
@@ -446,6 +443,24 @@ class Scenario(BaseModel):
             object.__setattr__(self, "max_num_seqs", seqs)
         if self.max_num_batched_tokens is None:
             object.__setattr__(self, "max_num_batched_tokens", max(tokens, self.max_num_seqs))
+
+    def _check_offloading(self) -> None:
+        """The CPU tier is vLLM v1's KV-offloading connector under the prefix cache (docs/engines.md).
+
+        It keeps prefix-cache blocks, so it needs prefix caching; and v1 only recomputes preempted
+        requests, so a swapped-out sequence (whose KV would come back twice, by swap and by load) is
+        refused rather than modelled.
+        """
+        if not self.enable_prefix_caching:
+            raise ValueError(
+                f"field 'kv_offloading_size': the CPU tier keeps prefix-cache blocks, so it needs "
+                f"enable_prefix_caching = true (vllm-v1's default) (got {self.kv_offloading_size} GiB)"
+            )
+        if self.preemption_mode != "recompute":
+            raise ValueError(
+                f"field 'kv_offloading_size': the CPU tier is vLLM v1's KV connector, which recomputes "
+                f'preempted requests; set preemption_mode = "recompute" (got {self.preemption_mode!r})'
+            )
 
     def _check_memory(self, model: ModelSpec, gpu: GpuSpec) -> None:
         tp = self.tensor_parallel_size

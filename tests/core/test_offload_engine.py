@@ -171,6 +171,7 @@ def test_run_takes_vllm_s_flag_in_gib_and_set_takes_a_size(
         (["--kv-offloading-size", "lots"], "kv_offloading_size"),
         (["--kv-offloading-size", "inf"], "kv_offloading_size"),
         (["--kv-offloading-size", "4", "--no-enable-prefix-caching"], "enable_prefix_caching"),
+        (["--kv-offloading-size", "4", "--engine", "vllm-v0", "--enable-prefix-caching"], "recompute"),
         (["--set", "kv_offloading_size=true"], "kv_offloading_size"),
     ],
 )
