@@ -216,3 +216,30 @@ def test_the_report_adds_the_tier_columns_only_for_runs_with_a_tier(runs: dict) 
     assert table_columns([without]) == TABLE_COLUMNS
     assert table_columns([without, with_tier]) == (*TABLE_COLUMNS, *CPU_TIER_COLUMNS)
     assert format_value(3 * 1024**3, "gib") == "3.0"
+
+
+def test_compare_gives_the_tier_to_the_allocators_that_have_one(tmp_path: Path) -> None:
+    """As --enable-prefix-caching, --kv-offloading-size reaches the allocators that take it; the
+    others run as they would without it (and the report shows '–' in their tier columns)."""
+    args = [word for word in SMALL_RUN if word != "run"]
+    out = tmp_path / "compare"
+    assert (
+        run_cli(
+            [
+                "compare",
+                *args,
+                "--allocators",
+                "paged,contiguous",
+                "--kv-offloading-size",
+                "4",
+                "-o",
+                str(out),
+            ]
+        )
+        == 0
+    )
+    paged = json.loads((out / "paged" / "summary.json").read_text())["metrics"]
+    contiguous = json.loads((out / "contiguous" / "summary.json").read_text())["metrics"]
+    assert paged["kv_offload_capacity_bytes"] > 0
+    assert not any(key in contiguous for key in TIER_METRICS)
+    assert "CPU hit % tok." in (out / "report.md").read_text()
