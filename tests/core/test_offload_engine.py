@@ -243,3 +243,29 @@ def test_compare_gives_the_tier_to_the_allocators_that_have_one(tmp_path: Path) 
     assert paged["kv_offload_capacity_bytes"] > 0
     assert not any(key in contiguous for key in TIER_METRICS)
     assert "CPU hit % tok." in (out / "report.md").read_text()
+
+
+def test_capacity_searches_with_the_tier(tmp_path: Path) -> None:
+    """`kvsim capacity` takes the same scenario flags: every probe runs with the CPU tier."""
+    plan_path = tmp_path / "plan.json"
+    args = [word for word in SMALL_RUN if word not in ("run", "--quiet")]
+    code = run_cli(
+        [
+            "capacity",
+            *args,
+            "--allocators",
+            "paged",
+            "--rate-tol",
+            "0.5",
+            "--slo-ttft-p99",
+            "2s",
+            "--kv-offloading-size",
+            "4",
+            "--output",
+            str(plan_path),
+        ]
+    )
+    assert code == 0
+    plan = json.loads(plan_path.read_text())
+    assert plan["scenario"]["kv_offloading_size"] == 4.0
+    assert plan["rows"][0]["allocator"] == "paged" and plan["rows"][0]["max_rate_runs"]
