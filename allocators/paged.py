@@ -24,7 +24,7 @@ assigned with array arithmetic, never a Python loop over the batch. The engine c
 from __future__ import annotations
 
 import functools
-from collections.abc import Hashable
+from collections.abc import Hashable, Sequence
 
 import numpy as np
 
@@ -539,12 +539,11 @@ class PagedAllocator(AllocatorBase):
     def _tier_store_through(self, seq_id: int, full_blocks: int) -> None:
         """Store a live sequence's blocks from its next unstored one up to `full_blocks` in the CPU tier."""
         if full_blocks > self._tier_next_block.get(seq_id, 0):
-            spec = self._content_of[seq_id]
-            self._tier_store_keys(
-                seq_id, sequence_block_keys(spec, self.block_size, full_blocks * self.block_size)
-            )
+            # prompt blocks only (chunks): the admission's cached prompt keys, not computed afresh per chunk
+            prompt_keys = _cached_block_keys(self._content_of[seq_id], self.block_size)
+            self._tier_store_keys(seq_id, prompt_keys[:full_blocks])
 
-    def _tier_store_keys(self, seq_id: int, keys: list[Hashable]) -> None:
+    def _tier_store_keys(self, seq_id: int, keys: Sequence[Hashable]) -> None:
         """`keys` name a sequence's full blocks from its first on: store those not stored yet, touch all."""
         tier = self.cpu_tier
         assert tier is not None
