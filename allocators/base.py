@@ -189,6 +189,27 @@ class Layout:
             )
 
 
+class OffloadTier(Protocol):
+    """What the engine reads of a CPU tier under the prefix cache (allocators/cpu_tier.py `CpuTier`).
+
+    Declared here, not imported, so that this contract module depends on no allocator module.
+    """
+
+    @property
+    def capacity_tokens(self) -> int: ...
+
+    @property
+    def used_tokens(self) -> int: ...
+
+    def take_transfers(self) -> tuple[int, int]:
+        """(tokens loaded CPU -> GPU, tokens stored GPU -> CPU) since the last call; resets both."""
+        ...
+
+    def totals(self) -> dict[str, int]:
+        """The tier's running counters (token slots), for the summary."""
+        ...
+
+
 @runtime_checkable
 class Allocator(Protocol):
     """What the serving loop may ask of KV memory. See docs/allocators.md for the semantics."""
@@ -209,6 +230,9 @@ class Allocator(Protocol):
     # generated): then every request's own tokens need a name (`SeqSpec.content_key`), as vLLM hashes
     # each full block's token ids (v1 block_pool.py `BlockPool.cache_full_blocks`).
     content_identity: bool
+    # The CPU tier under the prefix cache (vLLM v1's KV-offloading connector, allocators/cpu_tier.py),
+    # or None: the engine prices its PCIe traffic each step and the summary reports its hits.
+    cpu_tier: OffloadTier | None
 
     def demand_tokens(self, seq: SeqSpec) -> int:
         """Slots this policy needs free, in one piece where the policy needs one, to admit `seq`."""
@@ -307,6 +331,7 @@ class AllocatorBase:
     frees_while_growing: bool = False  # memory comes back only when a sequence is released
     swap_block_tokens: int = 1  # swapped token by token (a slab moves exactly its tokens)
     content_identity: bool = False  # no content cache: requests need no names beyond their prompt's
+    cpu_tier: OffloadTier | None = None  # no CPU tier: nothing is offloaded
 
     def rejection_reason(self, seq: SeqSpec) -> str:
         """No reason of its own: the engine says the demand exceeds the cache."""

@@ -133,6 +133,7 @@ def _make_paged(
     num_layers: Any = None,
     num_window_layers: Any = None,
     window_tokens: Any = None,
+    cpu_tier_tokens: Any = None,
 ) -> Allocator:
     name = "paged"
     size = _block_size(name, block_size, capacity_tokens)
@@ -141,6 +142,10 @@ def _make_paged(
     if caching and not sharing:
         raise AllocatorConfigError("paged: enable_prefix_caching=true needs share_prefixes=true")
     max_len = None if max_model_len is None else int_param(name, "max_model_len", max_model_len)
+    tier = None if cpu_tier_tokens is None else int_param(name, "cpu_tier_tokens", cpu_tier_tokens, minimum=0)
+    if tier is not None and not caching:
+        # the tier holds prefix-cache blocks by their content keys (allocators/cpu_tier.py)
+        raise AllocatorConfigError("paged: cpu_tier_tokens (a CPU tier) needs enable_prefix_caching=true")
     paged = PagedAllocator(
         name,
         capacity_tokens,
@@ -148,6 +153,7 @@ def _make_paged(
         enable_prefix_caching=caching,
         share_prefixes=sharing,
         max_model_len=max_len,
+        cpu_tier_tokens=tier,
     )
     plan = _window_plan(name, num_layers, num_window_layers, window_tokens)
     return paged if plan is None else UniformWindowAccounting(paged, plan)
@@ -305,9 +311,12 @@ BUILTIN_ENTRIES: tuple[AllocatorEntry, ...] = (
     AllocatorEntry(
         name="paged",
         factory=_make_paged,
-        params=frozenset({"block_size", "enable_prefix_caching", "share_prefixes", "max_model_len"})
+        params=frozenset(
+            {"block_size", "enable_prefix_caching", "share_prefixes", "max_model_len", "cpu_tier_tokens"}
+        )
         | _WINDOW_PARAMS,
-        scenario_params=frozenset({"block_size", "enable_prefix_caching", "max_model_len"}) | _WINDOW_PARAMS,
+        scenario_params=frozenset({"block_size", "enable_prefix_caching", "max_model_len", "cpu_tier_tokens"})
+        | _WINDOW_PARAMS,
         scenario_defaults=frozenset({"share_prefixes"}),
         min_capacity=_one_block,
         block_table_layout=True,

@@ -24,12 +24,13 @@ assigned with array arithmetic, never a Python loop over the batch. The engine c
 from __future__ import annotations
 
 import functools
-from collections.abc import Hashable
+from collections.abc import Hashable, Sequence
 
 import numpy as np
 
 from allocators.base import AllocatorBase, Layout, MemoryBreakdown, SeqSpec
 from allocators.block_pool import BlockPool
+from allocators.cpu_tier import CpuTier
 from allocators.holes import uniform_hole_stats
 from allocators.jump_integral import paged_breakdown_integral
 from allocators.ledger import DuplicateLedger
@@ -82,6 +83,7 @@ class PagedAllocator(AllocatorBase):
         share_prefixes: bool = True,
         fork_copies: bool = False,
         max_model_len: int | None = None,
+        cpu_tier_tokens: int | None = None,
     ) -> None:
         self.name = name
         self.capacity_tokens = capacity_tokens
@@ -101,6 +103,15 @@ class PagedAllocator(AllocatorBase):
         # live sequences with a content identity (SeqSpec.content_key): their blocks filled after
         # admission (decode, later chunks) are named at release, see `_name_filled_blocks`
         self._content_of: dict[int, SeqSpec] = {}
+        # The CPU tier under the prefix cache (allocators/cpu_tier.py; None: no tier), and per live
+        # sequence the index of its next block to store there (vLLM `_next_stored_block_idx`).
+        self.cpu_tier: CpuTier | None = (
+            None if cpu_tier_tokens is None else CpuTier(cpu_tier_tokens // block_size, block_size)
+        )
+        self._tier_next_block: dict[int, int] = {}
+        # live sequences whose prompt is still arriving chunk by chunk (per-chunk admission), with
+        # their prompt length: the tier stores each chunk's full blocks as it is computed
+        self._tier_prefilling: dict[int, int] = {}
         self.live = np.zeros(0, dtype=bool)
         self._num_live = 0  # live.sum(), kept in step (the jump integral asks whether ids are all live)
         self.lengths_tokens = np.zeros(0, dtype=np.int64)
@@ -295,7 +306,8 @@ class PagedAllocator(AllocatorBase):
         if not _has_named_content(seq):
             return self._admit_plain(seq)
         keys, hits = self._prefix_hits(seq)
-        held_tokens = self._held_at_admission(seq, len(hits))
+        loaded = self._cpu_hit_blocks(seq, keys, len(hits)) if self.cpu_tier is not None else 0
+        held_tokens = self._held_at_admission(seq, len(hits) + loaded)
         prompt_blocks = int(ceil_div(held_tokens, self.block_size))  # held now (the prompt but per chunk)
         hit_blocks = np.asarray(hits, dtype=np.int64) if hits else _EMPTY_IDS
         live_hits = int((self.pool.refcount[hit_blocks] > 0).sum()) if hits else 0
@@ -340,13 +352,49 @@ class PagedAllocator(AllocatorBase):
         # `get_computed_blocks`: max_cache_hit_length = num_tokens - 1, then whole blocks). The
         # recomputed block still shares memory here (vLLM writes a second copy of it: one block).
         self.prefix_hit[sid] = (
-            min(hit_blocks.size, (seq.prompt_tokens - 1) // self.block_size) * self.block_size
+            min(hit_blocks.size + loaded, (seq.prompt_tokens - 1) // self.block_size) * self.block_size
         )
         if seq.content_key is not None and self.enable_prefix_caching:
             self._content_of[sid] = seq
+        if self.cpu_tier is not None:
+            self._tier_admitted(seq, keys, hit_blocks.size, loaded, named_full)
         self._count_in(sid, 1)
         self._set_limits_of(sid)
         return True
+
+    def _cpu_hit_blocks(self, seq: SeqSpec, keys: tuple[Hashable, ...], gpu_hit_blocks: int) -> int:
+        """Blocks to load from the CPU tier: its run of the prompt's keys after the GPU hit.
+
+        Capped, like the GPU hit, at the whole blocks before the prompt's last token, which is always
+        computed (vLLM `Scheduler._update_waiting_for_remote_kv` drops one token of a full hit; kvsim
+        drops the whole block, as for GPU hits: kv_cache_manager.py `get_computed_blocks`).
+        """
+        room = (seq.prompt_tokens - 1) // self.block_size - gpu_hit_blocks
+        if room <= 0 or not keys:
+            return 0
+        return min(room, self.cpu_tier.run_length(keys, gpu_hit_blocks))  # type: ignore[union-attr]
+
+    def _tier_admitted(
+        self, seq: SeqSpec, keys: tuple[Hashable, ...], gpu_hit_blocks: int, loaded: int, named_full: int
+    ) -> None:
+        """The CPU tier's side of an admission: count the lookup, store the blocks computed now.
+
+        vLLM (offloading_connector.py `OffloadingConnectorScheduler`): a request that loaded CPU
+        blocks stores from the end of its hit on (`update_state_after_alloc` sets
+        `_next_stored_block_idx`); any other stores every full block scheduled so far, GPU hits
+        included, and the tier skips what it holds (`_get_reqs_to_store`, `prepare_store`). Its
+        keys are touched, head last (`get_num_new_matched_tokens` and the store both touch).
+        """
+        tier = self.cpu_tier
+        assert tier is not None
+        gpu_hit_tokens = min(gpu_hit_blocks, (seq.prompt_tokens - 1) // self.block_size) * self.block_size
+        tier.record_admission(seq.prompt_tokens, gpu_hit_tokens, loaded)
+        first = gpu_hit_blocks + loaded if loaded else 0
+        tier.store(keys[first:named_full])
+        tier.touch(keys[:named_full])
+        self._tier_next_block[seq.seq_id] = max(named_full, first)
+        if self.lengths_tokens.item(seq.seq_id) < seq.prompt_tokens and seq.seq_id in self._content_of:
+            self._tier_prefilling[seq.seq_id] = seq.prompt_tokens  # the rest comes chunk by chunk
 
     def _held_at_admission(self, seq: SeqSpec, hit_blocks: int) -> int:
         """Tokens a new sequence holds at admission: its prompt, or (per chunk) its hits + first chunk."""
@@ -387,6 +435,8 @@ class PagedAllocator(AllocatorBase):
         self.final_tail_tokens[sid] = tail
         self.final_block_from_tokens[sid] = final + tail - bs + 1
         self.prefix_hit[sid] = 0
+        if self.cpu_tier is not None:  # nothing named, nothing to store: the lookup still counts
+            self.cpu_tier.record_admission(seq.prompt_tokens, 0, 0)
         # _count_in(sid, 1) and _set_limits_of(sid), from the values just stored
         held = prompt_blocks * bs
         self._stored_tokens += prompt
@@ -442,6 +492,8 @@ class PagedAllocator(AllocatorBase):
         seq_ids = np.asarray(seq_ids, dtype=np.int64)
         if num_tokens <= 0 or seq_ids.size == 0:
             return _EMPTY_IDS
+        if self._tier_prefilling and seq_ids.size == 1 and seq_ids.item(0) in self._tier_prefilling:
+            return self._grow_chunk_stored(seq_ids, num_tokens)
         if seq_ids.size <= _SCALAR_GROW_MAX and num_tokens <= self.block_size:
             return self._grow_few(seq_ids.tolist(), num_tokens)
         lengths = self.lengths_tokens[seq_ids]
@@ -463,6 +515,41 @@ class PagedAllocator(AllocatorBase):
         self.lengths_tokens[event_ids] = lengths[eventful]
         self._stored_tokens -= event_ids.size * num_tokens
         return self._grow_general(event_ids, num_tokens)
+
+    def _grow_chunk_stored(self, seq_ids: np.ndarray, num_tokens: int) -> np.ndarray:
+        """`grow` of a prompt's next chunk under a CPU tier: the chunk's full blocks are stored as computed.
+
+        vLLM stores the blocks a step computes (`OffloadingConnectorScheduler._get_reqs_to_store`), so a
+        long prompt reaches the tier chunk by chunk, not all at its release. Only prompt chunks come
+        here (the scheduler grows one prefilling sequence at a time); decode growth is stored at
+        release, which no multi-iteration jump crosses.
+        """
+        seq_id = seq_ids.item(0)
+        prompt_tokens = self._tier_prefilling.pop(seq_id)
+        failed = self.grow(seq_ids, num_tokens)
+        if failed.size:
+            self._tier_prefilling[seq_id] = prompt_tokens
+            return failed
+        computed = min(self.lengths_tokens.item(seq_id), prompt_tokens)
+        self._tier_store_through(seq_id, computed // self.block_size)
+        if computed < prompt_tokens:
+            self._tier_prefilling[seq_id] = prompt_tokens
+        return failed
+
+    def _tier_store_through(self, seq_id: int, full_blocks: int) -> None:
+        """Store a live sequence's blocks from its next unstored one up to `full_blocks` in the CPU tier."""
+        if full_blocks > self._tier_next_block.get(seq_id, 0):
+            # prompt blocks only (chunks): the admission's cached prompt keys, not computed afresh per chunk
+            prompt_keys = _cached_block_keys(self._content_of[seq_id], self.block_size)
+            self._tier_store_keys(seq_id, prompt_keys[:full_blocks])
+
+    def _tier_store_keys(self, seq_id: int, keys: Sequence[Hashable]) -> None:
+        """`keys` name a sequence's full blocks from its first on: store those not stored yet, touch all."""
+        tier = self.cpu_tier
+        assert tier is not None
+        tier.store(keys[self._tier_next_block.get(seq_id, 0) :])
+        tier.touch(keys)
+        self._tier_next_block[seq_id] = len(keys)
 
     def _grow_few(self, seq_ids: list[int], num_tokens: int) -> np.ndarray:
         """`grow` for a handful of sequences (`num_tokens` <= block_size), in Python scalars.
@@ -679,14 +766,22 @@ class PagedAllocator(AllocatorBase):
             block = int(blocks[index])
             if not pool.has_key[block] and pool.refcount[block] == 1:
                 pool.register(block, key)
+        if self.cpu_tier is not None:
+            # the blocks filled since the last store (decode, a chunk's tail) reach the CPU tier as well
+            self._tier_store_keys(seq_id, keys)
+            del self._tier_next_block[seq_id]
 
     def release(self, seq_id: int) -> None:
         check_live_seq(self, seq_id)
         self._count_in(seq_id, -1)
         count = self.num_seq_blocks.item(seq_id)
         slot = self.table_slot.item(seq_id)
+        if self._tier_prefilling:
+            self._tier_prefilling.pop(seq_id, None)
         if self._content_of and seq_id in self._content_of:
             self._name_filled_blocks(seq_id, self._tables[slot, :count].astype(np.int64))
+        elif self._tier_next_block:
+            self._tier_next_block.pop(seq_id, None)
         blocks = self._tables[slot, :count][::-1].astype(np.int64)  # tail first: evicted first
         freed = self.pool.release(blocks)
         if self._block_content:  # as _drop_content, without the call when nothing is named
@@ -739,6 +834,8 @@ class PagedAllocator(AllocatorBase):
         self.prefix_hit[sid] = min(length, child.prompt_tokens)
         if child.content_key is not None and self.enable_prefix_caching:
             self._content_of[sid] = child
+        if parent_id in self._tier_next_block:  # the shared blocks were stored with the parent's
+            self._tier_next_block[sid] = self._tier_next_block[parent_id]
         self._count_in(sid, 1)
         self._set_limits(np.array([parent_id, sid], dtype=np.int64))  # either may now be copy-on-write
         return True

@@ -201,6 +201,10 @@ class UniformWindowAccounting(AllocatorBase):
     def content_identity(self) -> bool:  # type: ignore[override]
         return bool(self.inner.content_identity)
 
+    @property
+    def cpu_tier(self) -> Any:  # type: ignore[override]
+        return self.inner.cpu_tier
+
     def rejection_reason(self, seq: SeqSpec) -> str:
         return self.inner.rejection_reason(seq)
 

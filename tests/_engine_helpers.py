@@ -267,6 +267,9 @@ class LinearCost:
     def swap_time_s(self, tokens: int) -> float:
         return max(0, tokens) * self.per_swap_token_s
 
+    def offload_step_s(self, compute_s: float, load_tokens: int, store_tokens: int) -> float:
+        return max(compute_s + self.swap_time_s(load_tokens), self.swap_time_s(store_tokens))
+
 
 def make_requests(
     arrival_s: list[float],

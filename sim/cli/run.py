@@ -37,6 +37,24 @@ SUMMARY_ROWS: tuple[tuple[str, str, str], ...] = (
     ("mean / max queue length", "_queue", ""),
 )
 
+# Rows of runs with a CPU tier (--kv-offloading-size; docs/metrics.md "CPU tier"), after the others.
+CPU_TIER_ROWS: tuple[tuple[str, str, str], ...] = (
+    ("prefix hits on GPU / CPU (% tokens)", "_prefix_hits", ""),
+    ("KV loaded / stored over PCIe (GiB)", "_offload_bytes", ""),
+    ("CPU tier mean / peak used (%)", "_offload_used", ""),
+)
+
+
+def summary_rows_for(metrics_list: list[dict[str, Any]]) -> tuple[tuple[str, str, str], ...]:
+    """SUMMARY_ROWS, with the CPU tier's rows when any of the runs had one."""
+    if any("prefix_hit_cpu_pct" in metrics for metrics in metrics_list):
+        return (*SUMMARY_ROWS, *CPU_TIER_ROWS)
+    return SUMMARY_ROWS
+
+
+def _gib(value: Any) -> Any:
+    return None if value is None else value / 1024**3
+
 
 def _fmt(value: Any, spec: str) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
@@ -52,12 +70,20 @@ def summary_cell(metrics: dict[str, Any], key: str, spec: str) -> str:
         "_ttft": ("mean_ttft_ms", "p99_ttft_ms"),
         "_tpot": ("mean_tpot_ms", "p99_tpot_ms"),
         "_e2el": ("mean_e2el_ms", "p99_e2el_ms"),
+        "_prefix_hits": ("prefix_hit_gpu_pct", "prefix_hit_cpu_pct"),
+        "_offload_used": ("kv_offload_mean_used_pct", "kv_offload_peak_used_pct"),
     }
     if key == "_requests":
         return f"{metrics['completed']:,} / {metrics['rejected']:,}"
     if key in pairs:
         a, b = pairs[key]
         return f"{_fmt(metrics.get(a), '.1f')} / {_fmt(metrics.get(b), '.1f')}"
+    if key == "_offload_bytes":
+        loaded, stored = (
+            _gib(metrics.get("kv_offload_loaded_bytes")),
+            _gib(metrics.get("kv_offload_stored_bytes")),
+        )
+        return f"{_fmt(loaded, '.1f')} / {_fmt(stored, '.1f')}"
     if key == "_concurrency":
         return f"{_fmt(metrics.get('mean_concurrency'), '.1f')} / {metrics.get('max_concurrency', 0)}"
     if key == "_queue":
@@ -119,7 +145,10 @@ def register(app: typer.Typer) -> None:
             say_clock(run.summary)
             target = write_run(run, target)
         label = run.allocator
-        rows = [[name, summary_cell(run.metrics, key, spec)] for name, key, spec in SUMMARY_ROWS]
+        rows = [
+            [name, summary_cell(run.metrics, key, spec)]
+            for name, key, spec in summary_rows_for([run.metrics])
+        ]
         _print_table(
             f"kvsim run: {scenario.name} ({label}, {scenario.engine}, seed {scenario.seed})", [label], rows
         )
@@ -170,7 +199,7 @@ def register(app: typer.Typer) -> None:
         labels = list(runs)
         rows = [
             [name, *(summary_cell(runs[label].metrics, key, spec) for label in labels)]
-            for name, key, spec in SUMMARY_ROWS
+            for name, key, spec in summary_rows_for([run.metrics for run in runs.values()])
         ]
         _print_table(
             f"kvsim compare: {scenario.name} ({scenario.engine}, seed {scenario.seed})", labels, rows, wide

@@ -125,6 +125,16 @@ SCENARIO_FLAGS: tuple[ScenarioFlag, ...] = (
         _swap_space,
     ),
     ScenarioFlag(
+        "kv_offloading_size",
+        str | None,
+        typer.Option(
+            "--kv-offloading-size",
+            help="CPU tier for the prefix cache, as vLLM: GiB summed over the TP group (64) or a size "
+            "(500GB); needs prefix caching.",
+        ),
+        "kv_offloading_size",
+    ),
+    ScenarioFlag(
         "tensor_parallel_size",
         int | None,
         typer.Option("--tensor-parallel-size", help="GPUs per model replica."),

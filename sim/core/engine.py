@@ -33,6 +33,7 @@ import simpy
 from allocators.base import Allocator, Layout
 from sim.core.arrivals import ArrivalSource
 from sim.core.metrics import RequestLog, StepRecorder, StepRow, TimeIntegrals
+from sim.core.offload import OffloadLedger
 from sim.core.policy import ContinuousBatchingPolicy, SchedulePolicy
 from sim.core.protocols import StepCostModel
 from sim.core.scheduler import RequestInfo, Scheduler
@@ -156,6 +157,8 @@ class Engine:
         self.source.on_push = self._on_push
         self._arrivals_proc: simpy.Process | None = None
         self._next_export = 0  # iteration at which the next layout snapshot is due
+        # the allocator's CPU tier, if it has one: PCIe time per step and occupancy (sim/core/offload.py)
+        self.offload = None if allocator.cpu_tier is None else OffloadLedger(allocator.cpu_tier)
 
     # -- SimPy processes -----------------------------------------------------------------------------------
 
@@ -222,10 +225,12 @@ class Engine:
         # alloc.breakdown_integral: exact sum_i d_i x parts(i) over a jump for allocators whose parts
         # are step functions of growth (blocks, pages); None (the default) when they change linearly.
         exact_integral = alloc.breakdown_integral
+        offload = self.offload
         while True:
             now = env.now
             self._release_due(now)
             plan = sched.schedule(now)
+            moves_kv = offload is not None and offload.take()  # KV to or from the CPU tier this turn
             if sched.num_seqs == 0:
                 if self.source.exhausted and sched.idle:
                     return
@@ -238,6 +243,9 @@ class Engine:
                 yield self._idle
                 self._idle = None
                 integrals.add_constant(idle_parts, env.now - now)
+                if offload is not None:
+                    offload.drop()
+                    offload.hold(env.now - now)
                 continue
 
             self.turns += 1
@@ -245,7 +253,13 @@ class Engine:
             it0 = sched.it
             iterations, step_durations = 1, None
             # plan.decode_only, and no rule holding admission back for just this step
-            if multi_step and not plan.chunks and not plan.swap_tokens and not plan.single_step:
+            if (
+                multi_step
+                and not plan.chunks
+                and not plan.swap_tokens
+                and not plan.single_step
+                and not moves_kv
+            ):
                 iterations, step_durations = self._jump_length(now, n_dec, ctx0)
             # nobody queued (most turns): no head-of-queue demand, without the call
             demand = sched.next_demand_tokens() if sched.waiting or sched.swapped else 0
@@ -254,6 +268,8 @@ class Engine:
                 duration = cost.step_time_s(plan.prefill_tokens, n_dec, ctx0, plan.prefill_context_tokens)
                 if plan.swap_tokens:
                     duration += cost.swap_time_s(plan.swap_tokens)
+                if moves_kv:
+                    duration = offload.price(cost, duration)  # type: ignore[union-attr]
                 integrals.add_constant(first, duration)
             else:
                 duration = float(np.add.reduce(step_durations))  # = .sum(), without its Python wrapper
@@ -270,6 +286,8 @@ class Engine:
                     integrals.add_linear(first, last, iterations, duration, index_weighted)
             num_seqs = sched.num_seqs
             integrals.add_running(num_seqs, duration)
+            if offload is not None:
+                offload.hold(duration)
             if recorder.seen % recorder.stride == 0:
                 recorder.offer(
                     now,
@@ -381,6 +399,8 @@ class Engine:
             "step_rows_stride": self.recorder.stride,
         }
         totals.update(self.integrals.as_dict())
+        if self.offload is not None:
+            totals["cpu_tier"] = self.offload.totals()
         if self.progress is not None:
             self.progress(env.now, log.num_done, len(self.requests))
         return EngineResult(requests, self.recorder.to_frame(), totals, self.layouts)

@@ -581,4 +581,35 @@ def summarize(
     metrics["kv_bytes_per_token"] = None if kv_bytes_per_token is None else int(kv_bytes_per_token)
     metrics["queue_growth"] = backlog_growth_req_per_s(requests)
     metrics["busy_pct"] = 100.0 * float(totals["busy_s"]) / duration_s if duration_s > 0 else 0.0
+    if "cpu_tier" in totals:  # only runs with a CPU tier: the metrics of every other run stay as they were
+        metrics.update(cpu_tier_metrics(totals["cpu_tier"], duration_s, kv_bytes_per_token))
     return metrics
+
+
+def cpu_tier_metrics(
+    tier: dict[str, Any], duration_s: float, kv_bytes_per_token: int | None
+) -> dict[str, Any]:
+    """The CPU tier's metrics (docs/metrics.md "CPU tier"): hit shares of the prompt tokens looked up,
+    bytes moved each way, and its occupancy, from the engine's `cpu_tier` totals (token slots)."""
+    queried = tier["queried_tokens"]
+    capacity = tier["capacity_tokens"]
+
+    def pct(part: float, whole: float) -> float:
+        return 100.0 * part / whole if whole > 0 else 0.0
+
+    def as_bytes(tokens: int) -> int | None:
+        return None if kv_bytes_per_token is None else int(tokens) * int(kv_bytes_per_token)
+
+    mean_used = tier["used_token_s"] / duration_s if duration_s > 0 else 0.0
+    return {
+        "prefix_hit_gpu_pct": pct(tier["gpu_hit_tokens"], queried),
+        "prefix_hit_cpu_pct": pct(tier["cpu_hit_tokens"], queried),
+        "prefix_queried_tokens": int(queried),
+        "kv_offload_capacity_bytes": as_bytes(capacity),
+        "kv_offload_loaded_bytes": as_bytes(tier["loaded_tokens"]),
+        "kv_offload_stored_bytes": as_bytes(tier["stored_tokens"]),
+        "kv_offload_evicted_bytes": as_bytes(tier["evicted_tokens"]),
+        "kv_offload_mean_used_pct": pct(mean_used, capacity),
+        "kv_offload_peak_used_pct": pct(tier["peak_used_tokens"], capacity),
+        "kv_offload_transfer_s": float(tier["transfer_s"]),
+    }

@@ -338,6 +338,18 @@ class CostModel:
         """Moving `tokens` of KV over PCIe one way (each rank moves its own shard in parallel)."""
         return max(0, tokens) * self.kv_bytes_per_token / self.pcie_bytes_per_s
 
+    def offload_step_s(self, compute_s: float, load_tokens: int, store_tokens: int) -> float:
+        """A step's duration with KV moved between the GPU and a CPU tier (allocators/cpu_tier.py).
+
+        Loads (CPU -> GPU) come before the prefill that needs them, so they add to the step: vLLM
+        loads a request's CPU hit before scheduling its prefill (vllm/v1/core/sched/scheduler.py
+        `Scheduler.schedule`: a request whose connector load is async waits in
+        WAITING_FOR_REMOTE_KVS). Stores (GPU -> CPU) run on their own CUDA stream beside the forward
+        pass (vllm/v1/kv_offload/worker/cpu_gpu.py, `CpuGpuOffloadingHandlers`), so they cost time only
+        when they take longer than the step; the two directions of a PCIe link do not contend.
+        """
+        return max(compute_s + self.swap_time_s(load_tokens), self.swap_time_s(store_tokens))
+
     # -- the parts of one step ------------------------------------------------------------------------------
 
     def overhead_time_s(self, num_seqs: int) -> float:

@@ -134,6 +134,15 @@ class SglangPolicy(ContinuousBatchingPolicy):
     # SGLang's overlap ("zero-overhead") scheduler hides the CPU work of a step under the GPU's, as
     # vLLM v1's async scheduling does (managers/scheduler.py `event_loop_overlap`): same preset.
     framework_overhead = "vllm-v1"
+    # SGLang's own custom all-reduce on NVLink (python/sglang/srt/distributed/device_communicators/
+    # custom_all_reduce.py), TP workers as subprocesses without Ray (srt/entrypoints/engine.py
+    # `_launch_subprocesses`), and the scheduler in its own process apart from the TokenizerManager
+    # (srt/managers/tokenizer_manager.py): the front end does not hold steps back.
+    serving_stack: Mapping[str, bool] = {
+        "custom_all_reduce": True,
+        "ray_workers": False,
+        "frontend_in_engine_process": False,
+    }
 
     def __init__(self, schedule_policy: str = "lpm") -> None:
         if schedule_policy not in ("lpm", "fcfs"):

@@ -49,11 +49,24 @@ OPTIONAL_METRICS: frozenset[str] = frozenset({"kv_out_of_window_pct", "kv_cached
 COST_COLUMN: tuple[str, str, str] = ("usd_per_million_output_tokens", "USD / 1M output tok.", "float3")
 
 
+# Appended when a run had a CPU tier (--kv-offloading-size; docs/metrics.md "CPU tier").
+CPU_TIER_COLUMNS: tuple[tuple[str, str, str], ...] = (
+    ("prefix_hit_gpu_pct", "GPU hit % tok.", "pct"),
+    ("prefix_hit_cpu_pct", "CPU hit % tok.", "pct"),
+    ("kv_offload_loaded_bytes", "loaded GiB", "gib"),
+    ("kv_offload_stored_bytes", "stored GiB", "gib"),
+    ("kv_offload_mean_used_pct", "CPU tier used %", "pct"),
+)
+
+
 def table_columns(runs: Sequence[LoadedRun]) -> tuple[tuple[str, str, str], ...]:
-    """TABLE_COLUMNS, plus the cost column when the runs carry a price."""
+    """TABLE_COLUMNS, plus the CPU tier's columns and the cost column when the runs have them."""
+    columns = TABLE_COLUMNS
+    if any(CPU_TIER_COLUMNS[0][0] in run.summary["metrics"] for run in runs):
+        columns = (*columns, *CPU_TIER_COLUMNS)
     if any(COST_COLUMN[0] in run.summary["metrics"] for run in runs):
-        return (*TABLE_COLUMNS, COST_COLUMN)
-    return TABLE_COLUMNS
+        columns = (*columns, COST_COLUMN)
+    return columns
 
 
 def add_gpu_cost(runs: Sequence[LoadedRun], gpu_hour_cost: float | None) -> None:
@@ -129,6 +142,8 @@ def format_value(value: Any, kind: str) -> str:
         return f"{number:.3f}"
     if kind == "sig4":
         return f"{number:.4g}"
+    if kind == "gib":
+        return f"{number / 1024**3:.1f}"
     if kind == "ms":
         return format_duration_ms(number)
     raise ValueError(f"unknown number format {kind!r}")

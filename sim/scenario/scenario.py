@@ -234,6 +234,32 @@ def _non_finite_float_text(value: Any) -> Any:
     return value
 
 
+GIB = 1024**3
+
+
+def kv_offloading_gib(value: Any) -> Any:
+    """`kv_offloading_size` in GiB, vLLM's unit: a bare number is GiB, a size with a unit is converted.
+
+    Why GiB and not bytes like `kv_cache_memory`: vLLM's `--kv-offloading-size 64` means 64 GiB
+    (vllm/config/cache.py `CacheConfig.kv_offloading_size`), so a user's number must mean the same
+    here, and the value written to summary.json must read back as the same size.
+    """
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, int | float):
+        number = float(value)
+    elif isinstance(value, str):
+        try:
+            number = float(value)
+        except ValueError:
+            number = parse_bytes(value, field="kv_offloading_size") / GIB
+    else:
+        return value
+    if not math.isfinite(number):
+        raise ValueError(f"field 'kv_offloading_size': must be a finite size in GiB (got {value!r})")
+    return number
+
+
 def _parse_bytes_or_none(value: Any, field: str) -> Any:
     if value is None or isinstance(value, bool):
         return value
@@ -266,6 +292,9 @@ class Scenario(BaseModel):
     preemption_mode: Literal["recompute", "swap", "auto"] = "recompute"  # unset: the preset's default
     swap_space: int = Field(default=4 * 1024**3, ge=0)  # CPU swap bytes per GPU (vLLM: --swap-space 4)
     enable_prefix_caching: bool = False  # unset: the engine preset's default
+    # vLLM's --kv-offloading-size: GiB of CPU memory for a tier under the prefix cache, summed over the
+    # TP group (allocators/cpu_tier.py); None: no tier. Allocators without a tier ignore it.
+    kv_offloading_size: float | None = Field(default=None, ge=0)
     block_size: int = Field(default=16, ge=1)
     kv_cache_dtype: Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2"] = "auto"  # vLLM's --kv-cache-dtype
     allocator: AllocatorSpec = Field(default_factory=AllocatorSpec)
@@ -341,6 +370,11 @@ class Scenario(BaseModel):
     def _swap_space_bytes(cls, value: Any) -> Any:
         return _parse_bytes_or_none(value, "swap_space")
 
+    @field_validator("kv_offloading_size", mode="before")
+    @classmethod
+    def _kv_offloading_gib(cls, value: Any) -> Any:
+        return kv_offloading_gib(value)
+
     @field_validator("duration_s", "step_overhead_s", "constant_step_s", mode="before")
     @classmethod
     def _seconds(cls, value: Any, info: Any) -> Any:
@@ -399,6 +433,8 @@ class Scenario(BaseModel):
                 f"field 'max_num_batched_tokens': must be >= max_num_seqs={self.max_num_seqs} "
                 f"(got {self.max_num_batched_tokens})"
             )
+        if self.kv_offloading_size is not None:
+            self._check_offloading()
         self._derive_workload_size_and_clock()
         self._check_memory(model, gpu)
         return self
@@ -456,6 +492,24 @@ class Scenario(BaseModel):
             object.__setattr__(self, "max_num_seqs", seqs)
         if self.max_num_batched_tokens is None:
             object.__setattr__(self, "max_num_batched_tokens", max(tokens, self.max_num_seqs))
+
+    def _check_offloading(self) -> None:
+        """The CPU tier is vLLM v1's KV-offloading connector under the prefix cache (docs/engines.md).
+
+        It keeps prefix-cache blocks, so it needs prefix caching; and v1 only recomputes preempted
+        requests, so a swapped-out sequence (whose KV would come back twice, by swap and by load) is
+        refused rather than modelled.
+        """
+        if not self.enable_prefix_caching:
+            raise ValueError(
+                f"field 'kv_offloading_size': the CPU tier keeps prefix-cache blocks, so it needs "
+                f"enable_prefix_caching = true (vllm-v1's default) (got {self.kv_offloading_size} GiB)"
+            )
+        if self.preemption_mode != "recompute":
+            raise ValueError(
+                f"field 'kv_offloading_size': the CPU tier is vLLM v1's KV connector, which recomputes "
+                f'preempted requests; set preemption_mode = "recompute" (got {self.preemption_mode!r})'
+            )
 
     def _check_memory(self, model: ModelSpec, gpu: GpuSpec) -> None:
         tp = self.tensor_parallel_size
@@ -559,6 +613,18 @@ class Scenario(BaseModel):
     def swap_space_tokens(self) -> int:
         return self.swap_space // self.kv_bytes_per_token_per_gpu()
 
+    def kv_offloading_tokens(self) -> int | None:
+        """Token slots of the CPU tier (whole blocks), or None without one.
+
+        As vLLM sizes it (vllm/config/vllm.py: `cpu_bytes_to_use = kv_offloading_size * (1 << 30)`;
+        vllm/v1/kv_offload/cpu.py `CPUOffloadingSpec`: blocks = bytes // bytes of one block over the
+        whole TP group, `page_size_bytes * tensors * world_size`).
+        """
+        if self.kv_offloading_size is None:
+            return None
+        block_bytes = self.block_size * self.kv_bytes_per_token()
+        return int(self.kv_offloading_size * GIB) // block_bytes * self.block_size
+
     def max_concurrency(self, tokens_per_request: int | None = None) -> float:
         """vLLM's 'Maximum concurrency for N tokens per request: X x' (N defaults to max_model_len).
 
@@ -590,6 +656,8 @@ class Scenario(BaseModel):
             "window_tokens": model.sliding_window_tokens,
             # per-chunk admission of the hybrid manager under chunked prefill
             "prefill_chunk_tokens": self.max_num_batched_tokens if self.enable_chunked_prefill else None,
+            # the CPU tier of the prefix cache (--kv-offloading-size), where the allocator has one
+            "cpu_tier_tokens": self.kv_offloading_tokens(),
         }
         entry = self.allocator.entry()
         params: dict[str, Any] = {"capacity_tokens": self.kv_capacity_tokens(), **self.allocator.params}
@@ -722,7 +790,11 @@ class Scenario(BaseModel):
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe, with derived defaults filled in (goes into summary.json); inf is written "inf"."""
-        return json_safe(self.model_dump(mode="json"))  # the one JSON rule (sim.files): "inf" reads back
+        data = self.model_dump(mode="json")
+        # Left out when off, so a run without a CPU tier records the scenario it always did.
+        if data.get("kv_offloading_size") is None:
+            data.pop("kv_offloading_size", None)
+        return json_safe(data)  # the one JSON rule (sim.files): "inf" reads back
 
     def to_toml(self) -> str:
         """The scenario as TOML text that `from_toml` reads back to an equal scenario."""

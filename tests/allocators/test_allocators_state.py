@@ -372,6 +372,97 @@ _HybridCachingMachine.TestCase.settings = settings(settings(), stateful_step_cou
 TestHybridCachingMachine = _HybridCachingMachine.TestCase
 
 
+class _PagedTierMachine(AllocatorMachine):
+    """Paged with prefix caching and a CPU tier (--kv-offloading-size, allocators/cpu_tier.py): the same
+    rules and GPU invariants as paged, and the tier never holds more blocks than its capacity, holds
+    each key once, and its counters agree (stored - evicted = held; every CPU hit was one load)."""
+
+    allocator_name = "paged"
+
+    # small GPU caches, so cached prefixes are evicted from the GPU and come back from the CPU tier
+    @initialize(capacity=st.integers(48, 160), data=st.data())
+    def build(self, capacity: int, data: st.DataObject) -> None:
+        block_size = data.draw(st.sampled_from([1, 4, 8]), label="block_size")
+        tier_blocks = data.draw(st.sampled_from([0, 1, 3, 12, 60]), label="tier_blocks")
+        self.alloc = make_allocator(
+            "paged",
+            capacity_tokens=capacity,
+            block_size=block_size,
+            enable_prefix_caching=True,
+            cpu_tier_tokens=tier_blocks * block_size,
+        )
+
+    @rule(fields=SPEC_FIELDS)
+    def admit(self, fields: dict[str, Any]) -> None:
+        loaded_before = self.alloc.cpu_tier.counters.loaded_tokens
+        super().admit(fields)
+        if self.alloc.cpu_tier.counters.loaded_tokens > loaded_before:
+            event("admit: loaded from the CPU tier")
+
+    @rule(prompt=st.integers(1, 70), first_chunk=st.integers(1, 40), output=st.integers(1, 30))
+    def admit_chunked(self, prompt: int, first_chunk: int, output: int) -> None:
+        """vLLM v1's per-chunk admission of a prompt named by its own request (content_key): the
+        rest of the prompt arrives through `grow`, and the tier stores each chunk's full blocks."""
+        sid = self.next_id
+        self.next_id += 1
+        seq = SeqSpec(
+            sid,
+            prompt,
+            output,
+            output,
+            content_key=("r", sid),
+            content_prompt_tokens=prompt,
+            first_chunk_tokens=first_chunk,
+        )
+        stored_before = self.alloc.cpu_tier.counters.stored_tokens
+        before = self.alloc.state_snapshot()
+        if not self.alloc.admit(seq):
+            event("admit chunked: refused")
+            assert self.alloc.state_snapshot() == before, "a refused admit changed state"
+            assert self.alloc.cpu_tier.counters.stored_tokens == stored_before
+            return
+        self.model.admit(seq)
+        held = int(self.alloc.lengths_tokens[sid])
+        assert held == min(prompt, first_chunk)
+        del self.model.labels[sid][held:]  # the model holds what the allocator holds: the first chunk
+        if held < prompt:
+            event("admit chunked: more chunks to come")
+        if self.alloc.cpu_tier.counters.stored_tokens > stored_before:
+            event("admit chunked: stored")
+
+    @rule()
+    def flush_gpu_cache(self) -> None:
+        """A plain request that takes every free block and leaves: the GPU's cached blocks are evicted,
+        so the next request with a cached prefix can only find it in the CPU tier."""
+        free_tokens = self.alloc.pool.num_free * self.alloc.block_size
+        if free_tokens == 0:
+            return
+        seq = SeqSpec(seq_id=self.next_id, prompt_tokens=free_tokens, max_tokens=1, output_tokens=1)
+        self.next_id += 1
+        assert self.alloc.admit(seq)
+        assert self.alloc.pool.num_cached == 0
+        self.alloc.release(seq.seq_id)
+
+    @invariant()
+    def tier_within_capacity(self) -> None:
+        if self.alloc is None:
+            return
+        tier = self.alloc.cpu_tier
+        assert 0 <= tier.used_blocks <= tier.capacity_blocks
+        counters = tier.counters
+        assert counters.stored_tokens - counters.evicted_tokens == tier.used_tokens
+        assert counters.cpu_hit_tokens == counters.loaded_tokens
+        assert counters.gpu_hit_tokens + counters.cpu_hit_tokens <= counters.queried_tokens
+        assert tier.used_tokens <= counters.peak_used_tokens <= tier.capacity_tokens
+        load_tokens, store_tokens = tier.take_transfers()
+        assert load_tokens % tier.block_size == 0 and store_tokens % tier.block_size == 0
+        assert tier.take_transfers() == (0, 0)
+
+
+_PagedTierMachine.TestCase.settings = settings(settings(), stateful_step_count=40)
+TestPagedTierMachine = _PagedTierMachine.TestCase
+
+
 def test_every_allocator_has_a_machine() -> None:
     from allocators import available
 

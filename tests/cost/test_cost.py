@@ -283,3 +283,17 @@ def test_gpu_default_profile_agrees_with_the_analytic_model() -> None:
     assert read_profiled == pytest.approx(read_analytic, rel=0.15)
     contiguous = CostModel.from_scenario(scenario.with_overrides(allocator="contiguous"), profile=profile)
     assert contiguous.kv_read_time_s(32, 32_000) < read_profiled
+
+
+def test_offload_loads_add_to_the_step_and_stores_only_bound_it() -> None:
+    """CostModel.offload_step_s (docs/engines.md "CPU tier"): max(compute + load, store) over PCIe,
+    each direction tokens x KV bytes per token per GPU / the GPU preset's PCIe bandwidth."""
+    from sim.scenario import default_scenario
+
+    scenario = default_scenario().with_overrides(engine="vllm-v1")
+    cost = CostModel.from_scenario(scenario)
+    per_token_s = scenario.kv_bytes_per_token_per_gpu() / scenario.gpu_spec().pcie_bandwidth_bytes_per_s
+    assert cost.offload_step_s(0.02, 0, 0) == 0.02
+    assert cost.offload_step_s(0.02, 1000, 0) == pytest.approx(0.02 + 1000 * per_token_s)
+    assert cost.offload_step_s(0.02, 0, 100) == 0.02  # 100 tokens store in ~2.6 ms, under the step
+    assert cost.offload_step_s(0.02, 0, 10_000) == pytest.approx(10_000 * per_token_s)  # ~0.26 s
