@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import json
 import math
+import stat
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from functools import lru_cache
@@ -52,7 +53,8 @@ from typing import Any
 
 import numpy as np
 
-from sim.errors import ScenarioError
+from sim.errors import KvsimError, ScenarioError
+from sim.files import MAX_PROFILE_BYTES, read_text_bounded
 
 PROFILE_KIND = "kvsim-bench-profile"
 PROFILE_SCHEMA = 1
@@ -207,17 +209,19 @@ def is_bench_profile(path: str | None) -> bool:
     if path is None or not str(path).lower().endswith(".json"):
         return False
     try:
-        stamp = Path(path).stat().st_mtime_ns
+        status = Path(path).stat()
     except OSError:
         return False
-    return _profile_kind(str(Path(path).resolve()), stamp) == PROFILE_KIND
+    if not stat.S_ISREG(status.st_mode):  # a FIFO or device is never read here (it could block forever);
+        return False  # the calibration reader refuses it in one line (sim.files.check_input_file)
+    return _profile_kind(str(Path(path).resolve()), status.st_mtime_ns) == PROFILE_KIND
 
 
 @lru_cache(maxsize=32)
 def _profile_kind(path: str, stamp_ns: int) -> str | None:
     try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, ValueError):
+        data = json.loads(read_text_bounded(path, what="bench profile", limit_bytes=MAX_PROFILE_BYTES))
+    except ValueError:  # not JSON, or refused by the bounded reader (KvsimError is a ValueError)
         return None
     return data.get("kind") if isinstance(data, dict) else None
 
@@ -226,9 +230,9 @@ def load_profile_terms(path: str | Path) -> ServerTerms:
     """The terms a bench profile holds; ScenarioError (one line naming the file and field) if bad."""
     where = str(path)
     try:
-        data = json.loads(Path(path).read_text())
-    except OSError as exc:
-        raise ScenarioError(f"field 'calibration': {where}: cannot read ({exc.strerror})") from None
+        data = json.loads(read_text_bounded(path, what="bench profile", limit_bytes=MAX_PROFILE_BYTES))
+    except KvsimError as exc:
+        raise ScenarioError(f"field 'calibration': {exc}") from None
     except ValueError as exc:
         raise ScenarioError(f"field 'calibration': {where}: not JSON ({exc})") from None
     if not isinstance(data, dict) or data.get("kind") != PROFILE_KIND:
