@@ -50,7 +50,7 @@ def questions() -> list[Question]:
     serving = Slo(ttft_p99_s=2.0, tpot_p99_s=0.1)
     return [
         Question(
-            "1 docs default (OPT-13B A100-40GB vllm-v0 sharegpt, TTFT 5 s)",
+            "1 docs default (OPT-13B A100-40GB vllm-v0 sharegpt-paper, TTFT 5 s)",
             default_scenario().with_overrides(num_prompts=150),
             Slo(ttft_p99_s=5.0),
             ["contiguous", "paged"],

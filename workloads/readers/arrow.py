@@ -53,11 +53,12 @@ def read_csv_columns(path: str | os.PathLike[str], types: Mapping[str, Any]) -> 
     if not is_utf8(path):
         return None
     try:
-        table = pa_csv.read_csv(
-            path,
-            read_options=pa_csv.ReadOptions(block_size=BLOCK_BYTES),
-            convert_options=pa_csv.ConvertOptions(include_columns=list(types), column_types=dict(types)),
-        )
+        with open(path, "rb") as handle:  # a handle, not the path: pyarrow cannot encode a non-UTF-8 name
+            table = pa_csv.read_csv(
+                handle,
+                read_options=pa_csv.ReadOptions(block_size=BLOCK_BYTES),
+                convert_options=pa_csv.ConvertOptions(include_columns=list(types), column_types=dict(types)),
+            )
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError):
         return None
     return _columns(table, types)
@@ -75,11 +76,14 @@ def read_json_columns(
         return None
     schema = pa.schema([(name, kind) for name, kind in types.items()])
     try:
-        table = pa_json.read_json(
-            path,
-            read_options=pa_json.ReadOptions(block_size=BLOCK_BYTES),
-            parse_options=pa_json.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore"),
-        )
+        with open(path, "rb") as handle:  # a handle, not the path: pyarrow cannot encode a non-UTF-8 name
+            table = pa_json.read_json(
+                handle,
+                read_options=pa_json.ReadOptions(block_size=BLOCK_BYTES),
+                parse_options=pa_json.ParseOptions(
+                    explicit_schema=schema, unexpected_field_behavior="ignore"
+                ),
+            )
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError):
         return None
     scalars = {name: kind for name, kind in types.items() if not pa.types.is_list(kind)}
