@@ -22,10 +22,10 @@ test: $(STAMP)
 	$(PY) -m pytest -q
 
 # The speed benchmarks (benchmarks/README.md); results_identity.py and cost_fit.py are tools, not timings.
-BENCHMARKS := engine allocators workloads sweep calls_per_turn
+BENCHMARKS := engine allocator_speed workload_speed sweep calls_per_turn
 
 bench: $(STAMP)
-	for b in $(BENCHMARKS); do echo "== benchmarks/$$b.py"; $(PY) -P benchmarks/$$b.py || exit 1; done
+	for b in $(BENCHMARKS); do echo "== benchmarks/$$b.py"; $(PY) benchmarks/$$b.py || exit 1; done
 
 # kvsim calibrate refuses an --output folder that does not exist (a mistyped path is not created), so
 # the target makes its own folder; on a machine without a GPU it then exits 2 naming what is missing.

@@ -17,7 +17,7 @@ rate (sim/scenario/quantization.py) that no fit touches.
 
 Everything printed is deterministic (no wall clock); tests/bench/test_fidelity_pins.py pins Table 1.
 
-Run: .venv/bin/python -P benchmarks/bench_fidelity.py [--fit] [--bench DIR]
+Run: .venv/bin/python benchmarks/bench_fidelity.py [--fit] [--bench DIR]
 """
 
 from __future__ import annotations

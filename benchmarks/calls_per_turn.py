@@ -9,7 +9,7 @@ Prints: total calls / engine turns, then the functions with the most calls per t
 callers that make most of those calls. The run is the benchmark workload (benchmarks/bench_workload.py)
 at 20k requests by default; under the profiler it runs several times slower than normally.
 
-Run: .venv/bin/python -P benchmarks/calls_per_turn.py [--num-prompts N] [--top K] [--save FILE.prof]
+Run: .venv/bin/python benchmarks/calls_per_turn.py [--num-prompts N] [--top K] [--save FILE.prof]
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ the script exits 1 when any row FAILs. The questions (issue 20 §2's table):
 3. Llama-3-8B on H100-80GB, vllm-v1 (prefix caching on), `chat-system-prompt`, paged; the issue
    names no SLO for it, so question 2's (2 s / 100 ms).
 
-    .venv/bin/python -P benchmarks/capacity_truth.py [--jobs 2] [--check-prompts 10000] [--only 1,3]
+    .venv/bin/python benchmarks/capacity_truth.py [--jobs 2] [--check-prompts 10000] [--only 1,3]
 """
 
 from __future__ import annotations

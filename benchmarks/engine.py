@@ -10,7 +10,7 @@ Targets (issue 16), all ratios or sizes measured in one run:
 - at more than 100k requests (`--num-prompts 1000000`): peak RSS bar 400 MB, and the time over a
   100k reference run (run first, in a child process so that its memory does not count here): linear
   time means a ratio close to the request-count ratio (10 for 1M).
-Run: .venv/bin/python -P benchmarks/engine.py [--num-prompts N] [--stepping]
+Run: .venv/bin/python benchmarks/engine.py [--num-prompts N] [--stepping]
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ import numpy as np
 import simpy
 
 REPO = Path(__file__).resolve().parents[1]
-# Running `python benchmarks/engine.py` puts benchmarks/ first on sys.path, where sibling benchmark
-# scripts (e.g. benchmarks/workloads.py) would shadow the packages of the same name.
+# Running `python benchmarks/engine.py` puts benchmarks/ first on sys.path; the repository root goes
+# there instead, so that `benchmarks.bench_workload` imports as a package module.
 if sys.path and Path(sys.path[0]).resolve() == Path(__file__).resolve().parent:
     sys.path[0] = str(REPO)
 if str(REPO) not in sys.path:

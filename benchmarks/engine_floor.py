@@ -7,7 +7,7 @@ integral) and the part everything else costs (SimPy, scheduler, cost model, metr
 takes the same turns (the benchmark workload never runs out of memory, and the run prints both
 turn counts to show it) and the difference between the two runs is the allocator's own work.
 
-Run: .venv/bin/python -P benchmarks/engine_floor.py [--num-prompts N]   (default 20,000)
+Run: .venv/bin/python benchmarks/engine_floor.py [--num-prompts N]   (default 20,000)
 """
 
 from __future__ import annotations

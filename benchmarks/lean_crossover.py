@@ -12,7 +12,7 @@ The second table times a whole `grow(ids, 1)` of `n` sequences, one token at a t
 16 crosses a block boundary, as in decoding), with the scalar loop (`_grow_few`) and with the
 vectorised tiers: `allocators.paged._SCALAR_GROW_MAX` should sit below where the loop stops winning.
 
-    .venv/bin/python -P benchmarks/lean_crossover.py [--rounds 400] [--repeats 5]
+    .venv/bin/python benchmarks/lean_crossover.py [--rounds 400] [--repeats 5]
 """
 
 from __future__ import annotations

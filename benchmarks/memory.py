@@ -18,7 +18,7 @@ string columns (~20 bytes a request). The peak RSS of the whole process is print
 includes tracemalloc's bookkeeping (tens of bytes per live Python object), so use
 benchmarks/engine.py for the RSS bar.
 
-Run: .venv/bin/python -P benchmarks/memory.py [--num-prompts N]
+Run: .venv/bin/python benchmarks/memory.py [--num-prompts N]
 """
 
 from __future__ import annotations

@@ -16,8 +16,8 @@ The scenarios:
   max_num_seqs 128. Skipped, with a note, when /work/shared/traces/azure_conv_2023/ is absent.
 
 Run:
-    .venv/bin/python -P benchmarks/results_identity.py --save /tmp/kvsim-before    # on the old code
-    .venv/bin/python -P benchmarks/results_identity.py --check /tmp/kvsim-before   # on the new code
+    .venv/bin/python benchmarks/results_identity.py --save /tmp/kvsim-before    # on the old code
+    .venv/bin/python benchmarks/results_identity.py --check /tmp/kvsim-before   # on the new code
 Exit status 0 when identical, 1 with the first difference otherwise. `--renamed workload.source`
 accepts a scenario that differs only in that field (a preset renamed, its numbers kept), and says so.
 """

@@ -10,7 +10,7 @@ both ways and checks the tables are identical (`assert_frame_equal(check_exact=T
 
 Readers: "lines" (the line-level reader, as before), "auto" (Arrow first), "describe" (what
 `kvsim workload describe FILE` does: load with "auto", validate, describe).
-Run: .venv/bin/python -P benchmarks/trace_read.py [--rows N] [--mooncake-mb M] [--keep DIR]
+Run: .venv/bin/python benchmarks/trace_read.py [--rows N] [--mooncake-mb M] [--keep DIR]
 Targets: "auto" reads each file in seconds, with peak RSS in proportion to the kept columns.
 """
 

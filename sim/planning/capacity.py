@@ -280,6 +280,39 @@ def _model_max_len(scenario: Any) -> int | None:
         return None
 
 
+@dataclass(frozen=True, slots=True)
+class RowSettings:
+    """What every row of one plan shares: the SLO, the rate search's knobs, probe sizing, the tally.
+
+    Why a value of its own: each (allocator, max_model_len, TP) row becomes a `PlanJob` that differs
+    from its siblings only in those three and its scenario; bundling the rest keeps the row builders'
+    signatures short and the job's field order in one place.
+    """
+
+    slo: Slo | None
+    rel_tol: float
+    rate_bracket: tuple[float, float] | None
+    queue_slope_tolerance: float
+    sizing: ProbeSizing
+    tally_path: str | None
+
+    def job(self, allocator: str, max_model_len: int, tp: int, scenario: Any) -> PlanJob:
+        """The row's picklable job (it searches the max rate: `find_rate=True`)."""
+        return PlanJob(
+            allocator,
+            max_model_len,
+            tp,
+            scenario,
+            self.slo,
+            self.rel_tol,
+            self.rate_bracket,
+            self.queue_slope_tolerance,
+            True,
+            self.sizing,
+            self.tally_path,
+        )
+
+
 def capacity(
     scenario: Any,
     *,
@@ -311,123 +344,36 @@ def capacity(
     `skipped_rows` with its reason. `progress(rows_done, rows_total, simulations_done)` is called
     once before the first row finishes and after each row; `tally_path`, a file that every
     simulation appends one byte to, lets a display count simulations while rows still run.
+
+    The steps, in order (every argument is checked before any worker starts): check the arguments,
+    list the rows, build one job per row, run the jobs, then add GPUs needed and costs to the rows.
     """
-    from sim.scenario.scenario import Scenario
-    from sim.sweeps.executors import check_backend_args, make_executor
+    from sim.planning.money import add_costs
 
-    check_backend_args(jobs=jobs, scheduler=scheduler, dask_local=dask_local)
-    from sim.planning.money import add_costs, check_gpu_hour_cost
-
-    gpu_hour_cost = check_gpu_hour_cost(gpu_hour_cost)
-
-    if not isinstance(scenario, Scenario):
-        scenario = Scenario.from_toml(Path(scenario))
-    if target_rate_req_s is not None and not (math.isfinite(target_rate_req_s) and target_rate_req_s > 0):
-        raise CapacityError(
-            f"argument 'target_rate_req_s': must be a finite number > 0 req/s (got {target_rate_req_s!r})"
-        )
-    if rate_bracket is not None and not (0 < rate_bracket[0] < rate_bracket[1] < math.inf):
-        raise CapacityError(f"argument 'rate_bracket': must satisfy 0 < min < max (got {rate_bracket!r})")
-    if not 0 < rel_tol < 1:
-        raise CapacityError(f"argument 'rel_tol': must be in (0, 1) (got {rel_tol!r})")
+    gpu_hour_cost = _check_backend_and_price(jobs, scheduler, dask_local, gpu_hour_cost)
+    scenario = _as_scenario(scenario)
+    _check_search_args(target_rate_req_s, rate_bracket, rel_tol)
     # A missing trace or a bad preset parameter fails every simulation alike: say so once, now,
     # instead of after starting workers (and an empty plan). Workload errors are one-line ValueErrors.
     scenario.load_workload()
     names = list(allocators) if allocators else _default_allocators()
-    base_len = int(scenario.max_model_len)
-    base_tp = int(scenario.tensor_parallel_size)
-    if max_model_lens is None:
-        limit = _model_max_len(scenario) or base_len
-        lens = sorted({n for n in DEFAULT_MAX_MODEL_LENS if n <= limit} | {base_len})
-    else:
-        lens = sorted({int(n) for n in max_model_lens} | {base_len})
-    tps = sorted({int(t) for t in (tensor_parallel_sizes or ())} | {base_tp})
-    for value in lens:
-        if value < 1:
-            raise CapacityError(f"argument 'max_model_lens': values must be >= 1 (got {value})")
-
-    sizing = sizing or ProbeSizing()
-    plan_jobs: list[tuple[str, PlanJob]] = []
-    skipped: dict[str, str] = {}
-    skipped_rows: dict[str, str] = {}
-    for name in names:  # an unknown allocator or a bad parameter is the user's error, not a skipped row
-        try:
-            scenario.with_overrides(allocator=name)
-        except ValueError as exc:
-            from sim.sweeps.spec import one_line
-
-            raise CapacityError(f"allocator={name}: {one_line(exc)}") from exc
-    for name in names:
-        combos = [(n, base_tp) for n in lens] + [(base_len, t) for t in tps if t != base_tp]
-        family_jobs: list[tuple[str, PlanJob]] = []
-        for mml, tp in combos:
-            key = f"{name}|{mml}|{tp}"
-            job_scenario, refusal = row_scenario(scenario, name, mml, tp)
-            if job_scenario is None:
-                skipped_rows[f"{name} {mml}/TP{tp}"] = str(refusal)
-                continue
-            family_jobs.append(
-                (
-                    key,
-                    PlanJob(
-                        name,
-                        mml,
-                        tp,
-                        job_scenario,
-                        slo,
-                        rel_tol,
-                        rate_bracket,
-                        queue_slope_tolerance,
-                        True,
-                        sizing,
-                        tally_path,
-                    ),
-                )
-            )
-        if not allocators and family_jobs:
-            # Not asked for by name: a family that refuses this model at every row is left out with
-            # one line (an allocator the user named keeps failing its rows with its own error).
-            refusals = [_refusal(job.scenario) for _, job in family_jobs]
-            if all(refusals):
-                skipped[name] = str(refusals[0])
-                continue
-        plan_jobs.extend(family_jobs)
-
+    lens = _row_max_model_lens(scenario, max_model_lens)
+    tps = sorted({int(t) for t in (tensor_parallel_sizes or ())} | {int(scenario.tensor_parallel_size)})
+    _check_max_model_lens(lens)
+    settings = RowSettings(
+        slo, rel_tol, rate_bracket, queue_slope_tolerance, sizing or ProbeSizing(), tally_path
+    )
+    _check_allocator_names(scenario, names)
+    plan_jobs, skipped, skipped_rows = _plan_jobs(
+        scenario, names, _row_combos(scenario, lens, tps), settings, leave_out_refusing=not allocators
+    )
     if not plan_jobs:
         reasons = "; ".join(f"{key}: {why}" for key, why in skipped_rows.items())
         raise CapacityError(f"no row of the plan can run: {reasons or 'no allocator left'}")
-    executor = make_executor(
-        jobs=min(jobs or os.cpu_count() or 1, len(plan_jobs))
-        if scheduler is None and dask_local is None
-        else jobs,
-        scheduler=scheduler,
-        dask_local=dask_local,
-    )
-    rows_by_key: dict[str, dict[str, Any]] = {}
-    failures: dict[str, str] = {}
-    simulations = 0
-    if progress is not None:
-        progress(0, len(plan_jobs), 0)
-    try:
-        for outcome in executor.map_unordered(_plan_one_safe, plan_jobs):
-            value = outcome.value
-            if outcome.ok and isinstance(value, dict) and "error" not in value:
-                rows_by_key[outcome.key] = value
-                simulations += count_simulations(value)
-            else:
-                failures[outcome.key] = value["error"] if isinstance(value, dict) else outcome.error
-            if progress is not None:
-                progress(len(rows_by_key) + len(failures), len(plan_jobs), simulations)
-    finally:
-        executor.close()
-    rows = [rows_by_key[key] for key, _ in plan_jobs if key in rows_by_key]
+    executor = _row_executor(len(plan_jobs), jobs=jobs, scheduler=scheduler, dask_local=dask_local)
+    rows, failures = _run_rows(plan_jobs, executor, progress)
     if target_rate_req_s is not None:
-        for row in rows:
-            replicas, gpus = gpus_for_target(
-                target_rate_req_s, row.get("max_rate_req_s") or 0.0, row["tensor_parallel_size"]
-            )
-            row["replicas_needed"] = replicas
-            row["gpus_needed"] = gpus
+        _add_gpus_needed(rows, target_rate_req_s)
     add_costs(rows, gpu_hour_cost)
     return CapacityPlan(
         scenario=scenario.to_dict(),
@@ -439,8 +385,183 @@ def capacity(
         queue_slope_tolerance=queue_slope_tolerance,
         gpu_hour_cost=gpu_hour_cost,
         skipped_rows=skipped_rows,
-        sizing=sizing,
+        sizing=settings.sizing,
     )
+
+
+def _check_backend_and_price(
+    jobs: int | None, scheduler: str | None, dask_local: int | None, gpu_hour_cost: float | None
+) -> float | None:
+    """Refuse a bad executor choice or GPU-hour price (one line) before anything else; the checked price."""
+    from sim.planning.money import check_gpu_hour_cost
+    from sim.sweeps.executors import check_backend_args
+
+    check_backend_args(jobs=jobs, scheduler=scheduler, dask_local=dask_local)
+    return check_gpu_hour_cost(gpu_hour_cost)
+
+
+def _as_scenario(scenario: Any) -> Any:
+    """A Scenario as given, or read from the TOML file it names."""
+    from sim.scenario.scenario import Scenario
+
+    return scenario if isinstance(scenario, Scenario) else Scenario.from_toml(Path(scenario))
+
+
+def _check_search_args(
+    target_rate_req_s: float | None, rate_bracket: tuple[float, float] | None, rel_tol: float
+) -> None:
+    """Refuse a target rate, rate bracket or bisection tolerance the search cannot use (one line each)."""
+    if target_rate_req_s is not None and not (math.isfinite(target_rate_req_s) and target_rate_req_s > 0):
+        raise CapacityError(
+            f"argument 'target_rate_req_s': must be a finite number > 0 req/s (got {target_rate_req_s!r})"
+        )
+    if rate_bracket is not None and not (0 < rate_bracket[0] < rate_bracket[1] < math.inf):
+        raise CapacityError(f"argument 'rate_bracket': must satisfy 0 < min < max (got {rate_bracket!r})")
+    if not 0 < rel_tol < 1:
+        raise CapacityError(f"argument 'rel_tol': must be in (0, 1) (got {rel_tol!r})")
+
+
+def _row_max_model_lens(scenario: Any, max_model_lens: Sequence[int] | None) -> list[int]:
+    """The max_model_len values to plan, sorted, always with the scenario's own.
+
+    Without a list: `DEFAULT_MAX_MODEL_LENS` up to the model's context (a length the model cannot
+    take is no trade-off to show).
+    """
+    base_len = int(scenario.max_model_len)
+    if max_model_lens is None:
+        limit = _model_max_len(scenario) or base_len
+        return sorted({n for n in DEFAULT_MAX_MODEL_LENS if n <= limit} | {base_len})
+    return sorted({int(n) for n in max_model_lens} | {base_len})
+
+
+def _check_max_model_lens(lens: Sequence[int]) -> None:
+    """Refuse a max_model_len below one token (one line)."""
+    for value in lens:
+        if value < 1:
+            raise CapacityError(f"argument 'max_model_lens': values must be >= 1 (got {value})")
+
+
+def _check_allocator_names(scenario: Any, names: Sequence[str]) -> None:
+    """An unknown allocator or a bad parameter is the user's error (one line), not a skipped row."""
+    for name in names:
+        try:
+            scenario.with_overrides(allocator=name)
+        except ValueError as exc:
+            from sim.sweeps.spec import one_line
+
+            raise CapacityError(f"allocator={name}: {one_line(exc)}") from exc
+
+
+def _row_combos(scenario: Any, lens: Sequence[int], tps: Sequence[int]) -> list[tuple[int, int]]:
+    """(max_model_len, TP) of each row of a family: every length at the scenario's TP, then every
+    other TP at the scenario's max_model_len (the GPU count is asked only there)."""
+    base_len = int(scenario.max_model_len)
+    base_tp = int(scenario.tensor_parallel_size)
+    return [(n, base_tp) for n in lens] + [(base_len, t) for t in tps if t != base_tp]
+
+
+def _plan_jobs(
+    scenario: Any,
+    names: Sequence[str],
+    combos: Sequence[tuple[int, int]],
+    settings: RowSettings,
+    *,
+    leave_out_refusing: bool,
+) -> tuple[list[tuple[str, PlanJob]], dict[str, str], dict[str, str]]:
+    """(keyed jobs in plan order, families left out -> why, rows skipped -> why).
+
+    With `leave_out_refusing` (the user named no allocator), a family that refuses this model at
+    every row is left out with one line; an allocator the user named keeps failing its rows with
+    its own error.
+    """
+    plan_jobs: list[tuple[str, PlanJob]] = []
+    skipped: dict[str, str] = {}
+    skipped_rows: dict[str, str] = {}
+    for name in names:
+        family_jobs = _family_jobs(scenario, name, combos, settings, skipped_rows)
+        if leave_out_refusing and family_jobs:
+            refusal = _family_refusal(family_jobs)
+            if refusal is not None:
+                skipped[name] = refusal
+                continue
+        plan_jobs.extend(family_jobs)
+    return plan_jobs, skipped, skipped_rows
+
+
+def _family_jobs(
+    scenario: Any,
+    name: str,
+    combos: Sequence[tuple[int, int]],
+    settings: RowSettings,
+    skipped_rows: dict[str, str],
+) -> list[tuple[str, PlanJob]]:
+    """One family's keyed jobs ("name|max_model_len|tp"); a row that cannot run goes to `skipped_rows`."""
+    family_jobs: list[tuple[str, PlanJob]] = []
+    for mml, tp in combos:
+        job_scenario, refusal = row_scenario(scenario, name, mml, tp)
+        if job_scenario is None:
+            skipped_rows[f"{name} {mml}/TP{tp}"] = str(refusal)
+            continue
+        family_jobs.append((f"{name}|{mml}|{tp}", settings.job(name, mml, tp, job_scenario)))
+    return family_jobs
+
+
+def _family_refusal(family_jobs: Sequence[tuple[str, PlanJob]]) -> str | None:
+    """The family's refusal of its first row when it refuses every row, else None."""
+    refusals = [_refusal(job.scenario) for _, job in family_jobs]
+    return str(refusals[0]) if all(refusals) else None
+
+
+def _row_executor(n_rows: int, *, jobs: int | None, scheduler: str | None, dask_local: int | None) -> Any:
+    """Where the rows run: local workers, never more than rows (default one per CPU), or Dask as asked."""
+    from sim.sweeps.executors import make_executor
+
+    local = scheduler is None and dask_local is None
+    return make_executor(
+        jobs=min(jobs or os.cpu_count() or 1, n_rows) if local else jobs,
+        scheduler=scheduler,
+        dask_local=dask_local,
+    )
+
+
+def _run_rows(
+    plan_jobs: Sequence[tuple[str, PlanJob]],
+    executor: Any,
+    progress: Callable[[int, int, int], None] | None,
+) -> tuple[list[dict[str, Any]], dict[str, str]]:
+    """Run every job, then close the executor: (finished rows in plan order, failed key -> one line)."""
+    report = progress or (lambda rows_done, rows_total, simulations_done: None)
+    rows_by_key: dict[str, dict[str, Any]] = {}
+    failures: dict[str, str] = {}
+    simulations = 0
+    report(0, len(plan_jobs), 0)
+    try:
+        for outcome in executor.map_unordered(_plan_one_safe, plan_jobs):
+            simulations += _record_outcome(outcome, rows_by_key, failures)
+            report(len(rows_by_key) + len(failures), len(plan_jobs), simulations)
+    finally:
+        executor.close()
+    return [rows_by_key[key] for key, _ in plan_jobs if key in rows_by_key], failures
+
+
+def _record_outcome(outcome: Any, rows_by_key: dict[str, dict[str, Any]], failures: dict[str, str]) -> int:
+    """File one job's outcome as a row or a failure (its one line); the simulations the row ran."""
+    value = outcome.value
+    if outcome.ok and isinstance(value, dict) and "error" not in value:
+        rows_by_key[outcome.key] = value
+        return count_simulations(value)
+    failures[outcome.key] = value["error"] if isinstance(value, dict) else outcome.error
+    return 0
+
+
+def _add_gpus_needed(rows: Sequence[dict[str, Any]], target_rate_req_s: float) -> None:
+    """Add each row's replicas and GPUs needed for the target rate (`gpus_for_target`), in place."""
+    for row in rows:
+        replicas, gpus = gpus_for_target(
+            target_rate_req_s, row.get("max_rate_req_s") or 0.0, row["tensor_parallel_size"]
+        )
+        row["replicas_needed"] = replicas
+        row["gpus_needed"] = gpus
 
 
 def count_simulations(row: dict[str, Any]) -> int:

@@ -158,6 +158,9 @@ def _format_overrides(overrides: Mapping[str, Any]) -> str:
     return ", ".join(f"{k}={v!r}" for k, v in overrides.items())
 
 
+Axis = tuple[tuple[str, ...], list[tuple[Any, ...]]]  # the keys varied together, and their value tuples
+
+
 def parse_spec(
     spec: str | Path | Mapping[str, Any], *, name: str | None = None, base: Any = None
 ) -> SweepSpec:
@@ -165,83 +168,141 @@ def parse_spec(
 
     `base` (a Scenario) replaces the spec's own base scenario: `kvsim sweep SPEC --config FILE` and
     the scenario flags build it on top of the spec's base. Raises SweepSpecError (one line) for an
-    unreadable file, an unknown key or a refused value.
+    unreadable file, an unknown key or a refused value. The steps, in the order their errors are
+    reported: read the spec, check its top-level keys and name, build the axes ([grid], then each
+    [zip] group), load the base scenario, expand the cells.
+    """
+    data, source, spec_dir, default_name = _read_spec(spec)
+    _check_top_level_keys(data, source)
+    sweep_name = _sweep_name(name or data.get("name") or default_name, source)
+    grid_axes = _grid_axes(data.get("grid", {}), source)
+    axes = grid_axes + _zip_axes(data.get("zip"), source, varied={keys[0] for keys, _ in grid_axes})
+    if base is None:
+        base = _load_base(data.get("base"), spec_dir, source)
+    return SweepSpec(
+        name=sweep_name,
+        base=base,
+        axes=tuple(keys for keys, _ in axes),
+        cells=tuple(_expand_cells(base, axes, source)),
+        source=source,
+    )
+
+
+def _read_spec(spec: str | Path | Mapping[str, Any]) -> tuple[Mapping[str, Any], str, Path, str]:
+    """(data, source for messages, folder a relative `base` is read from, default sweep name).
+
+    An in-memory dict is its own data ("<spec>", the working folder, "sweep"); a file is read as TOML.
     """
     if isinstance(spec, Mapping):
-        data: Mapping[str, Any] = spec
-        source, spec_dir, default_name = "<spec>", Path.cwd(), "sweep"
-    else:
-        path = Path(spec)
-        source, spec_dir, default_name = str(path), path.parent, path.stem
-        if not path.exists():
-            raise SweepSpecError(f"{path}: sweep spec file does not exist")
-        try:
-            data = tomllib.loads(read_text_bounded(path, what="sweep spec file"))  # no /dev/zero, no FIFO
-        except KvsimError as exc:
-            raise SweepSpecError(str(exc)) from None
-        except tomllib.TOMLDecodeError as exc:
-            raise SweepSpecError(f"{path}: not valid TOML: {one_line(exc)}") from exc
-        except RecursionError:
-            raise SweepSpecError(f"{path}: not valid TOML (nested too deeply)") from None
+        return spec, "<spec>", Path.cwd(), "sweep"
+    path = Path(spec)
+    return _read_spec_file(path), str(path), path.parent, path.stem
 
+
+def _read_spec_file(path: Path) -> Mapping[str, Any]:
+    """The spec file's TOML data; a missing, unreadable, oversized or malformed file is one line."""
+    if not path.exists():
+        raise SweepSpecError(f"{path}: sweep spec file does not exist")
+    try:
+        return tomllib.loads(read_text_bounded(path, what="sweep spec file"))  # no /dev/zero, no FIFO
+    except KvsimError as exc:
+        raise SweepSpecError(str(exc)) from None
+    except tomllib.TOMLDecodeError as exc:
+        raise SweepSpecError(f"{path}: not valid TOML: {one_line(exc)}") from exc
+    except RecursionError:
+        raise SweepSpecError(f"{path}: not valid TOML (nested too deeply)") from None
+
+
+def _check_top_level_keys(data: Mapping[str, Any], source: str) -> None:
+    """Refuse the first top-level key that is not one of `SPEC_KEYS` (a typo would be ignored)."""
     unknown = [key for key in data if key not in SPEC_KEYS]
     if unknown:
         raise SweepSpecError(
             f"{source}: unknown top-level key {unknown[0]!r}; valid keys: {', '.join(SPEC_KEYS)}"
         )
-    sweep_name = name or data.get("name") or default_name
+
+
+def _sweep_name(sweep_name: Any, source: str) -> str:
+    """The sweep's name, which becomes its results folder: non-empty, no '/', not hidden."""
     if not isinstance(sweep_name, str) or not sweep_name or "/" in sweep_name or sweep_name.startswith("."):
         raise SweepSpecError(f"{source}: 'name' must be a non-empty folder name, got {sweep_name!r}")
+    return sweep_name
 
-    grid_raw = data.get("grid", {})
+
+def _grid_axes(grid_raw: Any, source: str) -> list[Axis]:
+    """One axis per [grid] key (dotted), in the spec's order; keys and lists checked."""
     if not isinstance(grid_raw, Mapping):
         raise SweepSpecError(f"{source}: [grid] must be a table of lists, got {grid_raw!r}")
     grid = flatten_keys(grid_raw)
-    _check_keys(list(grid), f"{source} [grid]")
-    axes: list[tuple[tuple[str, ...], list[tuple[Any, ...]]]] = []
-    for key, value in grid.items():
-        axes.append(((key,), [(v,) for v in _axis_values(key, value, f"{source} [grid]")]))
+    where = f"{source} [grid]"
+    _check_keys(list(grid), where)
+    return [((key,), [(v,) for v in _axis_values(key, value, where)]) for key, value in grid.items()]
 
-    seen = set(grid)
-    for number, group in _zip_groups(data.get("zip"), source):
+
+def _zip_axes(zip_raw: Any, source: str, *, varied: set[str]) -> list[Axis]:
+    """One axis per [zip] group: its lists, of equal lengths, varied together.
+
+    `varied` holds the keys the grid already varies; a key varied twice (grid and zip, or two zips)
+    is refused.
+    """
+    seen = set(varied)
+    axes: list[Axis] = []
+    for number, group in _zip_groups(zip_raw, source):
         where = f"{source} [zip] group {number}"
-        if not group:
-            raise SweepSpecError(f"{where}: empty; give two or more lists of equal length")
-        _check_keys(list(group), where)
-        lengths = {key: len(_axis_values(key, value, where)) for key, value in group.items()}
-        if len(set(lengths.values())) != 1:
-            sizes = ", ".join(f"{k}: {n}" for k, n in lengths.items())
-            raise SweepSpecError(f"{where}: lists must have equal lengths, got {sizes}")
+        _check_zip_group(group, where)
         for key in group:
             if key in seen:
                 raise SweepSpecError(f"{where}: key {key!r} is varied twice (grid and zip, or two zips)")
             seen.add(key)
         keys = tuple(group)
         axes.append((keys, list(zip(*(group[k] for k in keys), strict=True))))
+    return axes
 
-    if base is None:
-        base = _load_base(data.get("base"), spec_dir, source)
+
+def _check_zip_group(group: Mapping[str, Any], where: str) -> None:
+    """A zip group: not empty, scenario keys only, lists of one length."""
+    if not group:
+        raise SweepSpecError(f"{where}: empty; give two or more lists of equal length")
+    _check_keys(list(group), where)
+    lengths = {key: len(_axis_values(key, value, where)) for key, value in group.items()}
+    if len(set(lengths.values())) != 1:
+        sizes = ", ".join(f"{k}: {n}" for k, n in lengths.items())
+        raise SweepSpecError(f"{where}: lists must have equal lengths, got {sizes}")
+
+
+def _expand_cells(base: Any, axes: list[Axis], source: str) -> list[Cell]:
+    """Every cell of the axes' Cartesian product, in grid order, each scenario built and checked.
+
+    Two cells with the same overrides (a value listed twice) would share a folder: refused.
+    """
     cells: list[Cell] = []
-    ids: dict[str, int] = {}
+    ids: set[str] = set()
     for index, combo in enumerate(itertools.product(*(values for _, values in axes))):
-        overrides: dict[str, Any] = {}
-        for (keys, _), values in zip(axes, combo, strict=True):
-            overrides.update(zip(keys, values, strict=True))
-        try:
-            # Shallow keys first: `allocator = "contiguous"` must not wipe `allocator.params.placement`.
-            ordered = dict(sorted(overrides.items(), key=lambda item: item[0].count(".")))
-            scenario = base.with_overrides(**ordered) if overrides else base
-        except ValueError as exc:
-            raise SweepSpecError(f"{source}: cell {_format_overrides(overrides)}: {one_line(exc)}") from exc
+        overrides = _cell_overrides(axes, combo)
+        scenario = _cell_scenario(base, overrides, source)
         cid = cell_id(overrides)
         if cid in ids:
             raise SweepSpecError(f"{source}: cell {_format_overrides(overrides)} appears twice in the grid")
-        ids[cid] = index
+        ids.add(cid)
         cells.append(Cell(index=index, cell_id=cid, overrides=overrides, scenario=scenario))
-    return SweepSpec(
-        name=sweep_name,
-        base=base,
-        axes=tuple(keys for keys, _ in axes),
-        cells=tuple(cells),
-        source=source,
-    )
+    return cells
+
+
+def _cell_overrides(axes: list[Axis], combo: tuple[tuple[Any, ...], ...]) -> dict[str, Any]:
+    """One cell's dotted key -> value, from one value tuple per axis, in axis order."""
+    overrides: dict[str, Any] = {}
+    for (keys, _), values in zip(axes, combo, strict=True):
+        overrides.update(zip(keys, values, strict=True))
+    return overrides
+
+
+def _cell_scenario(base: Any, overrides: dict[str, Any], source: str) -> Any:
+    """The base scenario with a cell's overrides; a refused value is one line naming the cell."""
+    if not overrides:
+        return base
+    try:
+        # Shallow keys first: `allocator = "contiguous"` must not wipe `allocator.params.placement`.
+        ordered = dict(sorted(overrides.items(), key=lambda item: item[0].count(".")))
+        return base.with_overrides(**ordered)
+    except ValueError as exc:
+        raise SweepSpecError(f"{source}: cell {_format_overrides(overrides)}: {one_line(exc)}") from exc

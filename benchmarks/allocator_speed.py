@@ -5,26 +5,19 @@ Why: the engine calls `grow` once per decode iteration for the whole batch (~1M 
 `release` run once per request. All figures come from one run on one machine, so the ratios are
 what to compare, not the absolute numbers.
 
-    .venv/bin/python benchmarks/allocators.py [--seqs 256] [--grow-steps 2000]
+    .venv/bin/python benchmarks/allocator_speed.py [--seqs 256] [--grow-steps 2000]
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-# Run as a script, this file's folder comes first on sys.path and its name would shadow the
-# `allocators` package it measures; drop that entry so the import finds the package.
-_HERE = Path(__file__).resolve().parent
-sys.path[:] = [entry for entry in sys.path if Path(entry or ".").resolve() != _HERE]
-
-from allocators import SeqSpec, make_allocator  # noqa: E402
+from allocators import SeqSpec, make_allocator
 
 PROMPT_TOKENS = 100
 MAX_MODEL_LEN = 4096

@@ -10,7 +10,6 @@ validation and the DataFrame.
 from __future__ import annotations
 
 import gc
-import importlib
 import sys
 import time
 import tracemalloc
@@ -20,10 +19,7 @@ from typing import Any
 
 import numpy as np
 
-# This script is named like the package it measures; running it puts benchmarks/ first on sys.path,
-# where `import workloads` would find this file. Drop that entry before importing the package.
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
-workloads = importlib.import_module("workloads")
+import workloads
 
 REPO = Path(__file__).resolve().parents[1]
 MOONCAKE = REPO.parent / "shared" / "traces" / "mooncake_conversation" / "conversation_trace.jsonl"
