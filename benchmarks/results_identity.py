@@ -119,8 +119,19 @@ def save(folder: Path) -> None:
             print(f"saved {name}/{label}: {len(run.requests)} requests, {len(run.steps)} steps")
 
 
-def check(folder: Path, renamed: tuple[str, ...] = ()) -> int:
-    """0 when tables and metrics are identical and the scenario differs only in the `renamed` keys."""
+def check(
+    folder: Path,
+    renamed: tuple[str, ...] = (),
+    corrected: tuple[str, ...] = (),
+    new_metrics_ok: bool = False,
+) -> int:
+    """0 when tables and metrics are identical and the scenario differs only in the `renamed` keys.
+
+    `corrected`: metrics whose definition a fix changed on purpose (issue 20: `waste_pct` no longer
+    counts cached blocks); their differences are printed, before -> after, never hidden. With
+    `new_metrics_ok`, metrics the saved run did not have yet are listed, not counted as differences.
+    The requests and steps tables must be identical in every case.
+    """
     for name, (scenario, allocators) in scenarios().items():
         for label, run in _runs(scenario, allocators).items():
             out = folder / name / label.replace(":", "_")
@@ -140,14 +151,25 @@ def check(folder: Path, renamed: tuple[str, ...] = ()) -> int:
             saved = json.loads((out / "summary.json").read_text())
             now = json.loads(json.dumps(_comparable_summary(run.summary), sort_keys=True))
             changed = _changed_keys(saved["scenario"], now["scenario"])
-            if saved["metrics"] != now["metrics"] or saved.get("allocator") != now.get("allocator"):
-                keys = sorted(k for k in now["metrics"] if now["metrics"][k] != saved["metrics"].get(k))
+            added = sorted(set(now["metrics"]) - set(saved["metrics"])) if new_metrics_ok else []
+            fixed = [
+                k for k in corrected if k in saved["metrics"] and now["metrics"].get(k) != saved["metrics"][k]
+            ]
+            ignored = set(added) | set(fixed)
+            kept_now = {k: v for k, v in now["metrics"].items() if k not in ignored}
+            kept_saved = {k: v for k, v in saved["metrics"].items() if k not in ignored}
+            if kept_saved != kept_now or saved.get("allocator") != now.get("allocator"):
+                keys = sorted(k for k in kept_now if kept_now[k] != kept_saved.get(k))
                 print(f"DIFFERENT {name}/{label}: summary metrics differ ({keys[:5]})")
                 return 1
             if set(changed) - set(renamed):
                 print(f"DIFFERENT {name}/{label}: scenario fields differ: {changed}")
                 return 1
             note = f" (scenario fields renamed as stated: {changed})" if changed else ""
+            if added:
+                note += f" (new metrics: {', '.join(added)})"
+            for key in fixed:
+                note += f" ({key} corrected: {saved['metrics'][key]:.4g} -> {now['metrics'][key]:.4g})"
             print(f"identical {name}/{label}: {len(run.requests)} requests, {len(run.steps)} steps{note}")
     return 0
 
@@ -173,11 +195,24 @@ def main() -> int:
         help="a scenario field (dotted) whose value a rename changed, e.g. workload.source when a preset "
         "was renamed; tables and metrics must still be identical (repeatable)",
     )
+    parser.add_argument(
+        "--corrected",
+        action="append",
+        default=[],
+        metavar="METRIC",
+        help="a summary metric whose definition a fix changed on purpose (e.g. waste_pct, issue 20); its "
+        "differences are printed before -> after; tables must still be identical (repeatable)",
+    )
+    parser.add_argument(
+        "--new-metrics-ok",
+        action="store_true",
+        help="list metrics the saved runs do not have yet instead of failing on them",
+    )
     args = parser.parse_args()
     if args.save:
         save(args.save)
         return 0
-    return check(args.check, tuple(args.renamed))
+    return check(args.check, tuple(args.renamed), tuple(args.corrected), args.new_metrics_ok)
 
 
 if __name__ == "__main__":
