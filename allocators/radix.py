@@ -29,7 +29,8 @@ from collections.abc import Hashable
 
 import numpy as np
 
-from allocators.base import AllocatorBase, Layout, MemoryBreakdown, SeqSpec
+from allocators.base import AllocatorBase, AllocatorConfigError, Layout, MemoryBreakdown, SeqSpec
+from allocators.holes import uniform_hole_stats
 from allocators.jump_integral import INTEGRATED_PARTS, _stepped_integral
 from allocators.radix_content import Run, extend_runs, generated_stream, prompt_runs, runs_upto
 from allocators.radix_tree import RadixTree, TreeNode
@@ -358,19 +359,14 @@ class RadixAllocator(AllocatorBase):
 
     def layout(self) -> Layout:
         """Token slots are not placed in kvsim's radix model: gpu/ replays block tables, not this."""
-        raise NotImplementedError("allocator 'radix' does not export layouts (no physical slot ids)")
+        raise AllocatorConfigError(
+            "radix: --export-layouts is not available (the radix model places no physical slot ids); "
+            "use paged"
+        )
 
     def hole_stats(self) -> dict[str, float]:
         """Free pages are interchangeable (no external fragmentation): one hole per free page."""
-        pages = float(self.free_pages)
-        size = float(self.page_tokens)
-        return {
-            "count": pages,
-            "total_tokens": pages * size,
-            "mean_tokens": size if pages else 0.0,
-            "p50_tokens": size if pages else 0.0,
-            "max_tokens": size if pages else 0.0,
-        }
+        return uniform_hole_stats(self.free_pages, self.page_tokens)
 
     def state_snapshot(self) -> tuple:
         """Everything observable, for tests that check a refused operation changed nothing."""

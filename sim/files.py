@@ -713,9 +713,15 @@ def replace_folder(
                 if entry.is_file():
                     os.chmod(entry, FILE_MODE)
             mark_folder(new, kind)
+            old = staging / "old"
             if target.exists():
-                os.replace(target, staging / "old")
-            os.replace(new, target)
+                os.replace(target, old)
+            try:
+                os.replace(new, target)
+            except BaseException:  # a failed rename, Ctrl-C or SIGTERM between the two renames
+                if old.exists() and not target.exists():
+                    os.replace(old, target)  # the previous results go back before staging is removed
+                raise
     except OSError as exc:
         raise write_error(what, target, exc) from None
     return target

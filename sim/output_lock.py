@@ -40,6 +40,12 @@ def _holder(fd: int) -> str:
     return f"pid {text}" if text.isdigit() else "another process"
 
 
+def _is_lock_text(raw: bytes) -> bool:
+    """What a kvsim lock file holds: nothing yet (just created) or one PID line."""
+    text = raw.decode("ascii", errors="replace")
+    return text == "" or (text.endswith("\n") and text[:-1].isdigit())
+
+
 def _acquire(lock: Path, target: Path, what: str) -> int:
     """An open, exclusively locked descriptor of `lock` holding this PID; one line if it is taken."""
     while True:
@@ -64,6 +70,13 @@ def _acquire(lock: Path, target: Path, what: str) -> int:
             same = os.stat(lock, follow_symlinks=False).st_ino == os.fstat(fd).st_ino
         except FileNotFoundError:
             same = False
+        if same and not _is_lock_text(os.pread(fd, 64, 0)):
+            # a file of that name that kvsim did not write: never truncated, never removed
+            os.close(fd)
+            raise OutputPathError(
+                f"{what} {target}: {lock} is in the way and is not a kvsim lock file; move it or choose "
+                "another --output"
+            )
         if same:
             os.ftruncate(fd, 0)
             os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)

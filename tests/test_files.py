@@ -317,3 +317,27 @@ def test_a_file_output_beside_a_user_file_named_like_the_marker_is_refused(tmp_p
     with pytest.raises(OutputPathError, match="is not kvsim's marker"):
         check_output_file(tmp_path / "plan.json", "capacity")
     assert (tmp_path / MARKER_FILE).read_text() == ""
+
+
+def test_a_failed_swap_into_place_keeps_the_previous_results(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """replace_folder moves the old folder aside before renaming the new one in: if that second
+    rename fails (or a signal lands between the two), the old folder must come back, not be
+    removed with the staging folder."""
+    from sim import files
+    from sim.errors import KvsimError
+
+    target = tmp_path / "out"
+    files.replace_folder(target, "run", lambda folder: (folder / "a.txt").write_text("first"))
+    real_replace = os.replace
+
+    def failing(src: os.PathLike[str] | str, dst: os.PathLike[str] | str) -> None:
+        if Path(src).name == "new":
+            raise OSError(28, "No space left on device")
+        real_replace(src, dst)
+
+    monkeypatch.setattr(files.os, "replace", failing)
+    with pytest.raises(KvsimError):
+        files.replace_folder(target, "run", lambda folder: (folder / "a.txt").write_text("second"))
+    assert (target / "a.txt").read_text() == "first"

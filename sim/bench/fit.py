@@ -28,7 +28,7 @@ from sim.bench.replay import MAPE_METRICS, ReplayResult, replay
 from sim.bench.results_file import BenchFile
 from sim.cost.server import BOUNDS, ServerTerms
 
-# Grid of the two dynamic terms: log-spaced inside their bounds (sim/cost/server.py BOUNDS).
+# Grid of the three step-level terms, hand-picked points inside their bounds (sim/cost/server.py BOUNDS).
 GRID: dict[str, tuple[float, ...]] = {
     "frontend_service_s": (0.0, 0.002, 0.005, 0.02),
     "flops_efficiency_scale": (0.5, 0.7, 1.0, 1.25),

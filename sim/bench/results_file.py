@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from sim.errors import KvsimError
+from sim.files import MAX_PROFILE_BYTES, read_text_bounded
 
 # Aggregates the replay compares, as vLLM names them (ms, or per second for throughputs).
 AGGREGATE_FIELDS: tuple[str, ...] = (
@@ -90,6 +91,14 @@ def _fail(path: Path, what: str) -> BenchFileError:
     return BenchFileError(f"{path}: {what}")
 
 
+def _count(data: dict[str, Any], key: str, path: Path, *, default: int | None = None) -> int:
+    """A whole, finite number of requests ("inf" or 2.5 is one line naming the field)."""
+    value = _number(data, key, path, default=default)
+    if not (math.isfinite(value) and value == int(value)):
+        raise _fail(path, f"field '{key}': expected a whole number (got {data.get(key)!r})")
+    return int(value)
+
+
 def _number(data: dict[str, Any], key: str, path: Path, *, default: float | None = None) -> float:
     value = data.get(key, default)
     if value is None:
@@ -147,20 +156,21 @@ def read_bench_file(path: str | Path) -> BenchFile:
     """The checked contents of one result file; BenchFileError (one line) for anything unusable."""
     path = Path(path)
     try:
-        raw = path.read_bytes()
+        path.stat()
     except OSError as exc:
         raise _fail(path, f"cannot read ({exc.strerror})") from None
+    try:  # regular files only, bounded: /dev/zero or a FIFO must not hang (issue 23)
+        raw = read_text_bounded(path, what="bench result file", limit_bytes=MAX_PROFILE_BYTES).encode()
+    except KvsimError as exc:
+        raise BenchFileError(str(exc)) from None
     try:
         data = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise _fail(path, f"not JSON ({exc})".replace("\n", " ")) from None
     if not isinstance(data, dict):
         raise _fail(path, "expected a JSON object (a vllm bench serve --save-result file)")
-    num_prompts = int(
-        _number(
-            data, "num_prompts", path, default=None if "input_lens" not in data else len(data["input_lens"])
-        )
-    )
+    listed = data.get("input_lens")
+    num_prompts = _count(data, "num_prompts", path, default=len(listed) if isinstance(listed, list) else None)
     if num_prompts < 1:
         raise _fail(path, f"field 'num_prompts': expected >= 1 (got {num_prompts})")
     input_lens = _int_list(data, "input_lens", path, num_prompts)
@@ -189,7 +199,7 @@ def read_bench_file(path: str | Path) -> BenchFile:
         sha256=hashlib.sha256(raw).hexdigest(),
         model_id=str(data.get("model_id", "")),
         num_prompts=num_prompts,
-        completed=int(_number(data, "completed", path, default=float(ok.sum()))),
+        completed=_count(data, "completed", path, default=int(ok.sum())),
         input_lens=input_lens,
         output_lens=output_lens,
         ttfts_s=_float_list(data, "ttfts", path, num_prompts),

@@ -12,16 +12,7 @@ from typing import Annotated, Any
 
 import typer
 
-from sim.cli.scenario_flags import ScenarioFlag, scenario_options
-
-QUANTIZATION_FLAG = ScenarioFlag(
-    "quantization",
-    str | None,
-    typer.Option(
-        "--quantization", help="Weights as vLLM's --quantization: fp8 | none (default: from the model id)."
-    ),
-    None,
-)
+from sim.cli.scenario_flags import scenario_options
 
 
 def _scenarios(paths: list[Path], flags: dict[str, Any]) -> tuple[list[Any], list[Any], list[str]]:
@@ -131,7 +122,7 @@ def register(app: typer.Typer) -> None:
         result = fit_members(grid_table(kept, lambda b: by_file[b.name], stack=stack), range(len(kept)))
         errors = result.error_table()
         fitted_on = [{"file": str(b.path), "sha256": b.sha256, "model_id": b.model_id} for b in kept]
-        write_file_atomic(target, dumps_json(profile_document(result.terms, fitted_on, errors)) + "\n")
+        write_file_atomic(target, dumps_json(profile_document(result.terms, fitted_on, errors)))
         adopt_files([target], "calibrate")
         values = result.terms.values()
         typer.echo("terms: " + ", ".join(f"{name} = {value:g}" for name, value in values.items()))

@@ -101,7 +101,7 @@ class _MemoryGate:
 
     def __call__(self, item: WorkItem) -> bool:
         batch = self.batch
-        spec = batch.info.spec(item.req, 0, item.emitted)
+        spec = batch.info.spec(item.req, 0, item.emitted, max(item.sample, 0))  # the sample admission uses
         extend_tokens = spec.prompt_tokens - batch.alloc.cached_prefix_tokens(spec)
         samples = batch.info.n[item.req] if item.sample < 0 else 1
         total = extend_tokens + samples * min(spec.max_tokens, CLIP_MAX_NEW_TOKENS)
@@ -207,7 +207,8 @@ class SglangPolicy(ContinuousBatchingPolicy):
             return
         info, alloc = batch.info, batch.alloc
         hits = {
-            id(item): alloc.cached_prefix_tokens(info.spec(item.req, 0, item.emitted)) for item in waiting
+            id(item): alloc.cached_prefix_tokens(info.spec(item.req, 0, item.emitted, max(item.sample, 0)))
+            for item in waiting
         }
         ordered = sorted(waiting, key=lambda item: -hits[id(item)])
         waiting.clear()

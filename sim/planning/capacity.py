@@ -30,7 +30,7 @@ from sim import interrupts
 from sim.errors import CapacityError
 from sim.files import check_output_file, dumps_json, publish_files, write_error
 from sim.planning.jobs import BRACKET_RATIO, PlanJob, plan_one
-from sim.planning.plan_table import needed_width, plan_table, row_key
+from sim.planning.plan_table import RUN_LISTS, needed_width, plan_table, row_key
 from sim.planning.search import DEFAULT_REL_TOL
 from sim.planning.sizing import ProbeSizing
 from sim.planning.slo import DEFAULT_QUEUE_SLOPE_TOLERANCE, MIN_SPAN_LIFETIMES, Slo
@@ -90,7 +90,16 @@ class CapacityPlan:
         """One line per row where no rate was sustainable (an SLO too tight for even an idle server)."""
         lines = []
         for row in self.rows:
-            if row.get("rate_status") != "below_bracket":
+            status = row.get("rate_status")
+            if status == "unconfirmed":
+                confirmations = row.get("confirmation_runs") or [{}]
+                lines.append(
+                    f"no rate meets the SLO for {row_key(row)} in steady state: every long confirmation "
+                    f"run failed (the last at {confirmations[-1].get('request_rate', 0):.3g} req/s "
+                    f"{confirmations[-1].get('reason', 'failed')})"
+                )
+                continue
+            if status != "below_bracket":
                 continue
             runs = row.get("max_rate_runs") or [{}]
             lowest = min(runs, key=lambda run: run.get("request_rate") or math.inf)
@@ -567,9 +576,6 @@ def _add_gpus_needed(rows: Sequence[dict[str, Any]], target_rate_req_s: float) -
 def count_simulations(row: dict[str, Any]) -> int:
     """How many simulations a finished row ran (its evidence lists)."""
     return sum(len(row.get(key, [])) for key in RUN_LISTS)
-
-
-RUN_LISTS = ("max_concurrency_runs", "throughput_runs", "max_rate_runs", "confirmation_runs")
 
 
 def row_scenario(scenario: Any, allocator: str, max_model_len: int, tp: int) -> tuple[Any, str | None]:

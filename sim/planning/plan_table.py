@@ -11,7 +11,14 @@ import io
 from collections.abc import Callable
 from typing import Any
 
-RATE_FLAGS = {"below_bracket": " (<)", "above_bracket": " (>=)", "at_ceiling": " (sat)"}
+RATE_FLAGS = {
+    "below_bracket": " (<)",
+    "above_bracket": " (>=)",
+    "at_ceiling": " (sat)",
+    "unconfirmed": " (unconf.)",  # every long confirmation run failed: no rate is reported
+}
+# The run lists of a plan row (what `sims (seeds)` and the simulation count add up).
+RUN_LISTS = ("max_concurrency_runs", "throughput_runs", "max_rate_runs", "confirmation_runs")
 
 
 def row_key(row: dict[str, Any]) -> str:
@@ -38,11 +45,7 @@ def _peak(row: dict[str, Any]) -> str:
 
 
 def _sims(row: dict[str, Any]) -> str:
-    runs = [
-        run
-        for key in ("max_concurrency_runs", "throughput_runs", "max_rate_runs", "confirmation_runs")
-        for run in row.get(key, [])
-    ]
+    runs = [run for key in RUN_LISTS for run in row.get(key, [])]
     seeds = sorted({run["seed"] for run in runs})
     return f"{len(runs)} ({', '.join(map(str, seeds))})"
 

@@ -160,11 +160,18 @@ def _attention_params(f: _Fields, hidden: int, heads: int, kv_heads: int, head_d
     return params
 
 
+def _sparse_step(f: _Fields) -> int:
+    """Every how many layers one is MoE: Qwen's `decoder_sparse_step`, Llama 4's
+    `interleave_moe_layer_step` (Maverick: 2). One reader, so the per-layer rule and the closed-form
+    layer classes can never disagree."""
+    return f.int("decoder_sparse_step", "interleave_moe_layer_step", default=1, minimum=1)
+
+
 def _mlp_params(f: _Fields, hidden: int, layer: int) -> tuple[int, int]:
     """(all, active) MLP parameters of one layer: a gated MLP, or routed + shared experts and a router."""
     experts = f.int("n_routed_experts", "num_local_experts", "num_experts", default=0, minimum=0)
     dense_first = f.int("first_k_dense_replace", default=0, minimum=0)
-    sparse_step = f.int("decoder_sparse_step", "interleave_moe_layer_step", default=1, minimum=1)
+    sparse_step = _sparse_step(f)
     mlp_only = f.data.get("mlp_only_layers") or []
     if experts == 0 or layer < dense_first or layer in mlp_only or (layer + 1) % sparse_step != 0:
         dense = 3 * hidden * f.int("intermediate_size_mlp", "intermediate_size")  # Llama 4 names both
@@ -215,13 +222,14 @@ def _mlp_layer_classes(f: _Fields, layers: int) -> list[tuple[int, int]]:
     Why: every dense layer has the same MLP, and so has every MoE layer, so the count needs one
     `_mlp_params` call per kind, not one per layer; a config with 10**9 layers used to loop for
     minutes (issue 23). A layer is MoE when `_mlp_params` says so: experts > 0, index >=
-    first_k_dense_replace, not in mlp_only_layers, and (index + 1) divisible by decoder_sparse_step.
+    first_k_dense_replace, not in mlp_only_layers, and (index + 1) divisible by
+    the sparse step (`_sparse_step`).
     """
     experts = f.int("n_routed_experts", "num_local_experts", "num_experts", default=0, minimum=0)
     if experts == 0:
         return [(0, layers)]
     dense_first = min(f.int("first_k_dense_replace", default=0, minimum=0), layers)
-    step = f.int("decoder_sparse_step", default=1, minimum=1)
+    step = _sparse_step(f)
     mlp_only = {layer for layer in f.data.get("mlp_only_layers") or [] if dense_first <= layer < layers}
     # MoE candidates: indices in [dense_first, layers) with (index + 1) % step == 0
     moe = layers // step - dense_first // step - sum(1 for layer in mlp_only if (layer + 1) % step == 0)

@@ -112,7 +112,13 @@ def config_quantization(data: dict[str, Any], where: str) -> str | None:
         return "fp8"
     if method == "compressed-tensors":
         groups = config.get("config_groups") or {}
+        if not isinstance(groups, dict):
+            raise ScenarioError(f"{where}: field 'quantization_config.config_groups': must be an object")
         weights = [group.get("weights") or {} for group in groups.values() if isinstance(group, dict)]
+        if not all(isinstance(w, dict) for w in weights):
+            raise ScenarioError(
+                f"{where}: field 'quantization_config.config_groups.*.weights': must be an object"
+            )
         if weights and all(w.get("num_bits") == 8 and w.get("type") == "float" for w in weights):
             return "fp8"
     raise ScenarioError(

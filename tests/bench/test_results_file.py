@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 
 import numpy as np
@@ -60,6 +61,33 @@ def test_bad_files_are_one_line_naming_the_field(tmp_path: Path, content: str, e
         read_bench_file(path)
     message = str(info.value)
     assert "\n" not in message and str(path) in message and expected in message
+
+
+@pytest.mark.parametrize("field", ["num_prompts", "completed"])
+@pytest.mark.parametrize("value", ['"inf"', "2.5"])
+def test_a_request_count_must_be_whole(tmp_path: Path, field: str, value: str) -> None:
+    """A count of "inf" used to raise OverflowError (a traceback) from int(math.inf)."""
+    path = tmp_path / "bad.json"
+    path.write_text(f'{{"input_lens": [1, 2], "output_lens": [1, 2], "{field}": {value}}}')
+    with pytest.raises(BenchFileError, match=f"field '{field}': expected a whole number"):
+        read_bench_file(path)
+
+
+def test_input_lens_not_a_list_is_one_line(tmp_path: Path) -> None:
+    """`len(5)` used to raise TypeError (a traceback)."""
+    path = tmp_path / "bad.json"
+    path.write_text('{"input_lens": 5, "output_lens": [1]}')
+    with pytest.raises(BenchFileError, match="field 'num_prompts': missing"):
+        read_bench_file(path)
+
+
+def test_a_fifo_or_device_is_refused_unread(tmp_path: Path) -> None:
+    """`path.read_bytes()` blocked on a FIFO forever and read /dev/zero until memory ran out."""
+    fifo = tmp_path / "run.json"
+    os.mkfifo(fifo)
+    for path in (fifo, Path("/dev/zero")):
+        with pytest.raises(BenchFileError, match="must be a regular file"):
+            read_bench_file(path)
 
 
 def test_missing_file_is_one_line(tmp_path: Path) -> None:

@@ -353,6 +353,18 @@ def _hold_lock(target: Path) -> subprocess.Popen[str]:
     return process
 
 
+def test_a_foreign_file_named_like_the_lock_is_never_truncated_or_removed(tmp_path: Path) -> None:
+    """A user's own file at the lock's name: refused in one line, left byte for byte."""
+    from sim.output_lock import LOCK_PREFIX
+
+    out = tmp_path / "r"
+    foreign = tmp_path / f"{LOCK_PREFIX}r"
+    foreign.write_text("my notes\n")
+    line = one_line(["run", *SMALL, "--output", str(out)])
+    assert "is not a kvsim lock file" in line
+    assert foreign.read_text() == "my notes\n" and not out.exists()
+
+
 @pytest.mark.parametrize("command", ["run", "compare", "report"])
 def test_a_second_writer_of_one_output_gets_one_line(tmp_path: Path, run_folder: Path, command: str) -> None:
     out = tmp_path / "same"

@@ -86,3 +86,16 @@ def test_bad_values_are_one_line_exit_2(
     assert run_cli(["run", *args, "--num-prompts", "5"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and names in err and "Traceback" not in err
+
+
+def test_export_layouts_with_radix_is_one_line_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The radix model has no physical slot ids: `--export-layouts` used to end in a traceback."""
+    out = tmp_path / "r"
+    code = run_cli(
+        ["run", "--engine", "sglang", "--num-prompts", "20", "--export-layouts", "5", "-o", str(out)]
+    )
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "--export-layouts" in err, err
+    assert not out.exists()

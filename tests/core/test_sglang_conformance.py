@@ -211,8 +211,9 @@ def test_chunked_prefill_size_by_gpu_memory(memory_gib: int, tokens: int) -> Non
 
 
 def _fake_batch(hits: list[int]) -> SimpleNamespace:
-    items = [SimpleNamespace(req=req, emitted=0) for req in range(len(hits))]
-    info = SimpleNamespace(spec=lambda req, seq_id, emitted: req)
+    # fresh requests (WorkItem.sample -1), and `spec` with RequestInfo.spec's sample argument
+    items = [SimpleNamespace(req=req, emitted=0, sample=-1) for req in range(len(hits))]
+    info = SimpleNamespace(spec=lambda req, seq_id, emitted, sample=0: req)
     alloc = SimpleNamespace(cached_prefix_tokens=lambda req: hits[req])
     return SimpleNamespace(waiting=deque(items), info=info, alloc=alloc)
 

@@ -283,3 +283,22 @@ def test_cli_plans_a_model_or_gpu_other_than_the_papers_on_vllm_v1() -> None:
     base, notes = capacity_base_scenario({"model": "Llama-3.1-70B", "gpu": "H100-80GB"}, [1, 2, 4])
     assert base.tensor_parallel_size == 2 and "first --tensor-parallel-size that fits" in notes[-1]
     assert not math.isnan(base.kv_capacity_tokens())
+
+
+def test_an_unconfirmed_row_says_why_in_the_table_and_a_line() -> None:
+    """Every long confirmation failed: the row's 0 is flagged and explained, not left bare."""
+    from sim.planning.capacity import CapacityPlan
+    from sim.planning.plan_table import RATE_FLAGS
+
+    row = {
+        "allocator": "paged",
+        "max_model_len": 2048,
+        "tensor_parallel_size": 1,
+        "max_rate_req_s": 0.0,
+        "rate_status": "unconfirmed",
+        "confirmation_runs": [{"request_rate": 3.0, "reason": "p99 TTFT 9 s > 5 s"}],
+    }
+    plan = CapacityPlan(scenario={}, slo=None, target_rate_req_s=None, rows=[row])
+    (line,) = plan.unmet_lines()
+    assert "paged 2048/TP1" in line and "3 req/s" in line and "p99 TTFT 9 s > 5 s" in line
+    assert "unconfirmed" in RATE_FLAGS

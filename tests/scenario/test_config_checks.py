@@ -224,6 +224,19 @@ def test_closed_form_parameter_count_equals_the_per_layer_loop(
     assert count_params(config) == _count_by_loop(config)
 
 
+@pytest.mark.parametrize("step_field", ["decoder_sparse_step", "interleave_moe_layer_step"])
+def test_closed_form_reads_both_sparse_step_names(step_field: str) -> None:
+    """Llama 4 Maverick names its MoE interleave `interleave_moe_layer_step`: with the closed form
+    reading only Qwen's name, every layer was classed MoE and priced dense (17 B instead of ~400 B)."""
+    config = {**MODEL_CONFIGS["Qwen3-235B-A22B"], "num_hidden_layers": 48}
+    config.pop("decoder_sparse_step", None)
+    config.update({step_field: 2, "mlp_only_layers": []})
+    total, active = count_params(config)
+    assert (total, active) == _count_by_loop(config)
+    every_layer = count_params({**config, step_field: 1})
+    assert every_layer[0] > total > active  # half the layers MoE: between all-MoE and dense
+
+
 def test_parameter_count_does_not_loop_over_layers(monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[int] = []
     original = hf_config._mlp_params

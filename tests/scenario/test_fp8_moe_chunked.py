@@ -73,6 +73,18 @@ def test_unmodelled_quantization_is_one_line(tmp_path: Path) -> None:
         model_spec_from_file(write_config(tmp_path, data))
 
 
+@pytest.mark.parametrize(
+    ("groups", "field"),
+    [([{"weights": {"num_bits": 8}}], "config_groups'"), ({"g": {"weights": "fp8"}}, "weights'")],
+)
+def test_malformed_compressed_tensors_config_is_one_line(tmp_path: Path, groups: object, field: str) -> None:
+    """A list of groups or a string `weights` used to raise AttributeError (a traceback)."""
+    config = {"quant_method": "compressed-tensors", "config_groups": groups}
+    data = {**SCOUT_TEXT, "quantization_config": config}
+    with pytest.raises(ScenarioError, match=field):
+        model_spec_from_file(write_config(tmp_path, data))
+
+
 def test_chunked_local_attention_is_a_window_layer_type(tmp_path: Path) -> None:
     """RoPE layers (3 of every 4) attend within their 8192-token chunk; NoPE layers globally."""
     spec = model_spec_from_file(write_config(tmp_path, SCOUT_TEXT))
