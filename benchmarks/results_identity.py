@@ -11,6 +11,9 @@ The scenarios:
 - `default`: the embedded default (`kvsim compare`), every default allocator, 400 requests;
 - `stress`: chat-system-prompt with prefix caching, n=2 parallel samples, swap preemption and a
   cache small enough to preempt often (paged, request_limit:oracle:buddy, virtual);
+- `v1-chunked-cached`: benchmarks/engine_v1.py's workload (vLLM v1, chunked prefill, prefix caching)
+  at 1,500 requests; `sglang`: the stress case under `--engine sglang` with the radix allocator;
+  `cpu-tier`: stress-v1 with a 1 GiB CPU KV tier (`--kv-offloading-size 1`);
 - `bench20k`: the benchmark workload of benchmarks/engine.py (benchmarks/bench_workload.py) at 20k
   requests: Azure conversation lengths, Poisson 4 req/s, LLaMA-2-7B on an A100-80GB, paged/16,
   max_num_seqs 128. Skipped, with a note, when /work/shared/traces/azure_conv_2023/ is absent.
@@ -80,12 +83,22 @@ def scenarios() -> dict[str, tuple[object, list[str] | None]]:
         engine="vllm-v1",
         enable_prefix_caching=False,  # the hybrid allocator does not model caching under windows yet
     )
+    # issue 24's v1 workload (chunked prefill + prefix caching, every iteration a turn), shortened
+    from benchmarks.engine_v1 import v1_scenario
+
+    v1_cc = v1_scenario(1500).with_overrides(name="v1-chunked-cached")
+    # the engines and tiers issue 22 added: SGLang with its radix cache, and vLLM v1 with a CPU KV tier
+    sglang = stress.with_overrides(name="sglang", engine="sglang", preemption_mode="recompute")
+    cpu_tier = stress_v1.with_overrides(name="cpu-tier", kv_offloading_size=1.0)
     found: dict[str, tuple[object, list[str] | None]] = {
         "default": (default, None),
         "stress": (stress, ["paged", "request_limit:oracle:buddy", "virtual"]),
         "default-v1": (default_v1, ["paged", "request_limit:oracle", "virtual"]),
         "stress-v1": (stress_v1, ["paged", "virtual"]),
         "window": (window, ["paged", "hybrid", "contiguous"]),
+        "v1-chunked-cached": (v1_cc, ["paged"]),
+        "sglang": (sglang, ["radix"]),
+        "cpu-tier": (cpu_tier, ["paged"]),
     }
     bench = bench_scenario(20_000, require_trace=True)
     if bench is None:
