@@ -7,8 +7,8 @@ mean E2E and request throughput, then the median |error| per metric per run grou
 
 `--fit`: refits the shipped terms (`kvsim bench fit`'s grid) per GPU and run group, prints the
 literal for SHIPPED_TERMS, and the in-sample and leave-one-file-out median |error| per group (the
-held-out figure is the one that counts); then the per-chunk stream cost of the runs that stream
-every token (sim/bench/lambda_set.py EARLIER_STREAM_CHUNK_S) with the shipped terms fixed.
+held-out figure is the one that counts); then the earlier-script runs' own front end and per-chunk
+stream cost per GPU (sim/bench/lambda_set.py EARLIER_TERMS) with the shipped GPU-side terms fixed.
 Slow: ~150 simulations per file on one core (minutes).
 
 Table 3: the BF16/FP8 pairs of the Lambda set (same prompts and layer shapes; sim/bench/lambda_set.py
@@ -35,7 +35,7 @@ from sim.bench.fit import FitResult, fit_members, grid_table  # noqa: E402
 from sim.bench.lambda_set import (  # noqa: E402
     LAMBDA_GRID,
     LAMBDA_STACK,
-    fit_stream_chunk,
+    fit_earlier,
     fp8_span_ratios,
     group_of,
     lambda_scenario,
@@ -149,13 +149,19 @@ def refit(folder: Path) -> None:
                 if math.isfinite(held)
                 else f"    {metric:<20} -"
             )
-    value, in_sample, held_out = fit_stream_chunk(files)
-    print(f"stream_chunk_s on the runs that stream every token (earlier script, both GPUs): {value:g} s")
-    inside, held = median_abs_errors(in_sample), median_abs_errors(held_out)
-    for metric in MAPE_METRICS:
-        if math.isfinite(held[metric]):
-            print(f"    {metric:<20} {inside[metric]:6.1f} {held[metric]:6.1f}")
-    print(_medians_line("all, each held out", [*shipped_held_out, *held_out]))
+    earlier_held_out = []
+    for gpu in ("A100-80GB", "H100-80GB"):
+        result = fit_earlier(files, gpu)
+        earlier_held_out.extend(result.held_out)
+        values = {
+            name: result.terms.values()[name]
+            for name in ("frontend_s", "frontend_service_s", "stream_chunk_s")
+        }
+        _print_fit(
+            f"{gpu} earlier script, shipped GPU-side terms + own front end and stream (EARLIER_TERMS)", result
+        )
+        print(f"    EARLIER_TERMS[{gpu!r}] = {values}")
+    print(_medians_line("all, each held out", [*shipped_held_out, *earlier_held_out]))
 
 
 def main() -> None:

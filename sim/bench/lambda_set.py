@@ -69,30 +69,44 @@ def group_of(bench: BenchFile) -> str:
     return f"{gpu} {'later' if later_script(bench) else 'earlier'} script"
 
 
-# The earlier (2024-08-19) runs stream one chunk per token: their mean ITL (23-58 ms) is close to
-# their TPOT, while the later runs' chunks carry many tokens (mean ITL 90-1,400 ms against median TPOT
-# 11-170 ms; ../shared/bench/README.md "ITL is per streamed chunk"). So the earlier runs pay the front
-# end's per-chunk cost (sim/cost/server.py `stream_chunk_s`) for every decoding sequence of every step;
-# the later runs' coalesced streams are in the shipped terms' overhead. One value for both GPUs (it is
-# CPU work), fitted on the 13 earlier files with every other term at its shipped value
-# (`fit_stream_chunk`; benchmarks/bench_fidelity.py --fit prints it and its leave-one-file-out error;
-# every fold picks 150 us; fitted per GPU it would be 325 us on the A100 files, 150 us on the H100 ones).
-EARLIER_STREAM_CHUNK_S = 150e-6
-STREAM_CHUNK_GRID: tuple[float, ...] = tuple(round(step * 25e-6, 9) for step in range(17))  # 0-400 us
+# The earlier (2024-08-19) runs differ from the later ones in the client and in the stream, not in
+# the GPUs or the vLLM version (../shared/bench/README.md: "The two run dates also differ in client
+# version"), so they keep the later runs' GPU-side terms (FLOP scale, overhead scale: SHIPPED_TERMS)
+# and get their own front end and per-chunk stream cost, per GPU (the A100 and H100 hosts' CPUs are
+# not recorded):
+# - the stream: they stream one chunk per token (mean ITL 23-58 ms, close to their TPOT), while the
+#   later runs' chunks carry many tokens (mean ITL 90-1,400 ms against median TPOT 11-170 ms; README
+#   "ITL is per streamed chunk"), so each step pays the front end's per-chunk cost for every decoding
+#   sequence (sim/cost/server.py `stream_chunk_s`);
+# - the front end: their first first-token comes 0.56-0.67 s after the burst on H100 and ~1.0 s on
+#   A100, whatever the model and TP, where the later runs' terms put it 0.84-1.4 s on H100: the burst
+#   is handled faster per request (`frontend_service_s`) and with less fixed delay (`frontend_s`).
+# Fitted by `fit_earlier` on the earlier files of each GPU (EARLIER_GRID, frontend_s scanned in 1 ms
+# steps; benchmarks/bench_fidelity.py --fit prints them and their leave-one-file-out error).
+EARLIER_GRID: dict[str, tuple[float, ...]] = {
+    "frontend_service_s": (0.001, 0.0015, 0.002, 0.003),
+    "stream_chunk_s": (0.0, 100e-6, 150e-6, 200e-6, 250e-6, 300e-6, 400e-6),
+}
+EARLIER_TERMS: dict[str, dict[str, float]] = {
+    "A100-80GB": {"frontend_s": 0.0, "frontend_service_s": 0.001, "stream_chunk_s": 300e-6},
+    "H100-80GB": {"frontend_s": 0.023, "frontend_service_s": 0.001, "stream_chunk_s": 150e-6},
+}
 
 
-def file_terms(bench: BenchFile, scenario: Any, stream_chunk_s: float | None = None) -> ServerTerms:
-    """The terms a file is replayed with: the shipped terms of its engine and GPU, plus the per-chunk
-    stream cost for the runs that stream every token (`stream_chunk_s`; None: EARLIER_STREAM_CHUNK_S)."""
+def file_terms(bench: BenchFile, scenario: Any, earlier: dict[str, float] | None = None) -> ServerTerms:
+    """The terms a file is replayed with: the shipped terms of its engine and GPU; for the runs that
+    stream every token (earlier script) with their own front end and stream cost (`earlier`; None:
+    EARLIER_TERMS of the GPU)."""
     from dataclasses import replace
 
     from sim.cost.server import shipped_terms
 
-    terms = shipped_terms(scenario.engine, scenario.gpu_spec().name)
+    gpu = scenario.gpu_spec().name
+    terms = shipped_terms(scenario.engine, gpu)
     if later_script(bench):
         return terms
-    chunk = EARLIER_STREAM_CHUNK_S if stream_chunk_s is None else stream_chunk_s
-    return replace(terms, stream_chunk_s=chunk, source=f"{terms.source} + stream_chunk_s {chunk:g}")
+    values = EARLIER_TERMS.get(gpu, {}) if earlier is None else earlier
+    return replace(terms, **values, source=f"{terms.source} + earlier-script front end {values}")
 
 
 def replay_set(files: list[BenchFile]) -> list[Any]:
@@ -106,31 +120,19 @@ def replay_set(files: list[BenchFile]) -> list[Any]:
     return results
 
 
-def fit_stream_chunk(
-    files: list[BenchFile], grid: tuple[float, ...] = STREAM_CHUNK_GRID
-) -> tuple[float, list[Any], list[Any]]:
-    """`stream_chunk_s` on the files that stream every token (the earlier runs), every other term
-    shipped: (the value with the least mean file MAPE, in-sample replays, leave-one-file-out replays).
+def fit_earlier(files: list[BenchFile], gpu: str, grid: dict[str, tuple[float, ...]] | None = None) -> Any:
+    """The earlier-script terms of `gpu` (EARLIER_TERMS' form) fitted on its earlier files, every
+    GPU-side term at its shipped value: a sim.bench.fit.FitResult (terms, in-sample and
+    leave-one-file-out replays)."""
+    from sim.bench.fit import fit_members, grid_table
+    from sim.cost.server import shipped_terms
 
-    The held-out replay of file i is the replay at the value fitted on the other files (a grid
-    argmin, so no new simulation)."""
-    from sim.bench.replay import replay
-
-    members = [bench for bench in files if not later_script(bench)]
+    members = [b for b in files if not later_script(b) and group_of(b).startswith(gpu)]
     if not members:
-        raise ValueError("argument 'files': no run that streams every token (earlier script)")
-    scenarios = [lambda_scenario(bench) for bench in members]
-    table = [
-        [replay(b, s, file_terms(b, s, value)) for b, s in zip(members, scenarios, strict=True)]
-        for value in grid
-    ]
-    losses = np.array([[result.mape_pct() for result in row] for row in table])
-    best = int(np.argmin(losses.mean(axis=1)))
-    held_out = []
-    for i in range(len(members)):
-        others = np.delete(losses, i, axis=1) if len(members) > 1 else losses
-        held_out.append(table[int(np.argmin(others.mean(axis=1)))][i])
-    return grid[best], table[best], held_out
+        raise ValueError(f"argument 'files': no earlier-script run on {gpu}")
+    base = shipped_terms("vllm-v0", gpu)
+    table = grid_table(members, lambda_scenario, stack=base, grid=EARLIER_GRID if grid is None else grid)
+    return fit_members(table, range(len(members)))
 
 
 # Pairs of runs that differ only in the weight format: Meta-Llama-3-8B-Instruct (BF16) and
@@ -169,10 +171,9 @@ def simulated_ttfts_ms(bench: BenchFile) -> np.ndarray:
     """Per-request simulated TTFT (ms) over the file's streamed requests, as `replay_set` runs it."""
     from sim.api import simulate
     from sim.bench.replay import request_table, streamed_mask
-    from sim.cost.server import shipped_terms
 
     scenario = lambda_scenario(bench)
-    terms = shipped_terms(scenario.engine, scenario.gpu_spec().name)
+    terms = file_terms(bench, scenario)
     table = request_table(bench, scenario.rng(), terms.frontend_s + terms.frontend_service_s)
     run = simulate(scenario.with_overrides(num_prompts=bench.num_prompts), workload=table, server=terms)
     ttft = run.requests.sort_values("request_id")["ttft_ms"].to_numpy(np.float64)

@@ -157,6 +157,17 @@ class LayerCoefficients:
         return cls(weights * b, gemm * b, elementwise * b, flops)
 
 
+def gemm_input_elements(shape: LayerShape, tp: int) -> float:
+    """Per-GPU input elements of one layer's four GEMMs for one token: QKV and gate/up read the
+    hidden state, the output projection this rank's heads, the down projection its MLP slice.
+
+    Why: an FP8 W8A8 layer quantizes exactly these inputs before each GEMM (sim/scenario/quantization.py
+    `activation_quant_kernels_per_layer`), reading them at the model dtype and writing 1 byte each.
+    """
+    h = shape.hidden_size
+    return h + shape.num_attention_heads * shape.head_dim / tp + h + shape.mlp_size / tp
+
+
 def layer_time_s(
     coefficients: LayerCoefficients, tokens: Any, fit: LinearFit, hbm_bytes_per_s: float, peak_flops: float
 ) -> Any:

@@ -14,11 +14,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sim.cost.gpu_fits import gpu_linear_fit, gpu_network
-from sim.cost.linear import LayerCoefficients, LayerShape, LinearFit
+from sim.cost.linear import LAYER_OPS, LayerCoefficients, LayerShape, LinearFit, gemm_input_elements
 from sim.cost.network import AllReduceModel, CustomAllReduceModel
 from sim.cost.overhead import DEFAULT_ENGINE, engine_overhead
 from sim.errors import ScenarioError
 from sim.files import MAX_PROFILE_BYTES, check_input_file
+from sim.scenario.quantization import activation_quant_kernels_per_layer
 
 if TYPE_CHECKING:
     from sim.cost.server import ServerTerms
@@ -128,7 +129,13 @@ def step_parts(scenario: Scenario, engine: str | None = None, server: ServerTerm
     fit = linear_fit(scenario.calibration, gpu)
     hbm = explicit_value(scenario, "hbm_efficiency")
     flops = explicit_value(scenario, "flops_efficiency")
-    per_layer = LayerCoefficients.of(LayerShape.from_model(model), tp, compute_params=None)
+    shape = LayerShape.from_model(model)
+    per_layer = LayerCoefficients.of(shape, tp, compute_params=None)
+    # FP8 W8A8: each GEMM input is quantized by its own kernel first (sim/scenario/quantization.py).
+    # Each such kernel costs the fitted latency floor of one of the layer's LAYER_OPS kernels, and
+    # reads its input at the model dtype and writes it in 1 byte.
+    quant_kernels = activation_quant_kernels_per_layer(model, gpu.name)
+    quant_bytes_per_token = quant_kernels / 4 * gemm_input_elements(shape, tp) * (model.dtype_bytes + 1)
     terms = server or ServerTerms.neutral()
     stack = engine_stack(scenario)
     custom, ray = terms.stack_settings(stack)
@@ -149,9 +156,10 @@ def step_parts(scenario: Scenario, engine: str | None = None, server: ServerTerm
         hbm_fraction=fit.hbm_fraction if hbm is None else float(hbm),
         flops_fraction=fit.flops_fraction if flops is None else float(flops),
         smooth_p=fit.smooth_p,
-        linear_fixed_s=model.num_layers * fit.fixed_s,
+        linear_fixed_s=model.num_layers * fit.fixed_s * (1.0 + quant_kernels / len(LAYER_OPS)),
         gemm_bytes_per_token=model.num_layers * per_layer.gemm_bytes_per_token,
-        elementwise_bytes_per_token=model.num_layers * per_layer.elementwise_bytes_per_token,
+        elementwise_bytes_per_token=model.num_layers
+        * (per_layer.elementwise_bytes_per_token + quant_bytes_per_token),
         overhead_base_s=base_s,
         overhead_per_seq_s=per_seq_s,
         all_reduce=all_reduce,

@@ -18,6 +18,17 @@ through the Marlin kernel (vllm/model_executor/layers/quantization/fp8.py `Fp8Li
 quantization"), which dequantizes to BF16 and multiplies on BF16 tensor cores: the FLOP rate stays
 the BF16 one and only the weight bytes shrink. Attention (QK^T, PV) keeps the KV dtype and the BF16
 rate in both cases.
+
+What the two kernel paths cost beyond the weight bytes (issue 21: with the datasheet rates alone the
+served FP8 runs decoded 7-35 % faster than measured, ../shared/bench/vllm_bench):
+- W8A8 (Hopper, Ada, Blackwell) quantizes each GEMM's input activations on the fly: one
+  `ops.scaled_fp8_quant` kernel before every `cutlass_scaled_mm` (vLLM `apply_fp8_linear`), four per
+  decoder layer (the merged QKV, the output projection, the merged gate/up and the down projection).
+  At decode batch sizes such a kernel costs its launch/latency floor, not its bytes
+  (`activation_quant_kernels_per_layer`).
+- Weight-only Marlin (A100) dequantizes in registers with integer/SIMT arithmetic before each
+  tensor-core MMA; once a GEMM is compute-bound that work caps it well below cuBLAS BF16
+  (`FP8_GEMM_SPEEDUP`'s A100 entries).
 """
 
 from __future__ import annotations
@@ -65,21 +76,40 @@ def quantized_model(model: ModelSpec, quantization: str | None) -> ModelSpec:
     )
 
 
-# Dense FP8 over dense BF16 tensor-core peak, per GPU preset with FP8 tensor cores (sparsity off in
-# both): H100 SXM 1,979 / 989.4 TFLOP/s (NVIDIA H100 Tensor Core GPU datasheet, SXM column, the
-# sparse figures halved); H200 the same Hopper die and clocks (NVIDIA H200 datasheet: 3,958 / 1,979
-# sparse); L4 485 / 242 sparse (NVIDIA L4 datasheet); B200 4.5 / 2.25 PFLOP/s dense (NVIDIA DGX B200
-# datasheet, per GPU). A100 (sm_80) has none: FP8 runs weight-only through Marlin (module docstring),
-# so its entry is 1. A GPU not listed (a custom spec, MI300X whose FP8 path vLLM 0.5 lacks) gets 1:
-# no speed-up claimed without a source.
+# The linear layers' GEMM FLOP rate with FP8 weights over the BF16 GEMM rate, per GPU preset.
+# - With FP8 tensor cores (W8A8): dense FP8 over dense BF16 peak (sparsity off in both): H100 SXM
+#   1,979 / 989.4 TFLOP/s (NVIDIA H100 Tensor Core GPU datasheet, SXM column, the sparse figures
+#   halved); H200 the same Hopper die and clocks (NVIDIA H200 datasheet: 3,958 / 1,979 sparse); L4
+#   485 / 242 sparse (NVIDIA L4 datasheet); B200 4.5 / 2.25 PFLOP/s dense (NVIDIA DGX B200 datasheet,
+#   per GPU).
+# - A100 (sm_80) has no FP8 tensor cores: FP8 runs weight-only through Marlin (module docstring),
+#   whose rate once compute-bound is MARLIN_COMPUTE_SCALE of cuBLAS BF16.
+# A GPU not listed (a custom spec, MI300X whose FP8 path vLLM 0.5 lacks) gets 1: no change claimed
+# without a source.
+# Marlin's compute-bound rate over cuBLAS BF16 on an A100. The kernel alone: 4-bit Marlin levels off
+# at ~141 TFLOP/s from 128 tokens on, 0.60-0.61 of torch FP16 at 2,048-4,000 tokens (Marlin's
+# bench.py on an A100, vllm-project/vllm PR #2497, comment of 2024-01-24; the Marlin author: above 64
+# tokens "it will just run the batch 64 kernel repeatedly", IST-DASLab/marlin issue #2). vLLM's FP8
+# Marlin is that kernel's 8-bit GPTQ path with an FP8-to-BF16 bit-trick dequantization
+# (vllm-project/vllm PR #5975); no 8-bit A100 kernel measurement was found. Served, it does better than
+# 0.61: the two A100 BF16/FP8 pairs of ../shared/bench/vllm_bench (same prompts and layer shapes;
+# benchmarks/bench_fidelity.py Table 3) measure the burst's prefill span at 0.86 (TP 1) and 0.95
+# (TP 2) of the BF16 one. The value is the point of a 0.05 grid over [0.6, 1.0] whose replayed ratios
+# are nearest both (mean |error| 3.9 %); fitted on one pair it predicts the other within 8 %
+# (0.85 from TP 1: TP 2 -7.7 %; 0.9 from TP 2: TP 1 +5.7 %). So Table 3's A100 rows are its
+# calibration, no longer a check; the H100 rows still are.
+MARLIN_COMPUTE_SCALE = 0.85
 FP8_GEMM_SPEEDUP: dict[str, float] = {
-    "A100-40GB": 1.0,
-    "A100-80GB": 1.0,
+    "A100-40GB": MARLIN_COMPUTE_SCALE,
+    "A100-80GB": MARLIN_COMPUTE_SCALE,
     "H100-80GB": 1979.0 / 989.4,
     "H200-141GB": 1979.0 / 989.4,
     "L4": 485.0 / 242.0,
     "B200": 4.5 / 2.25,
 }
+# Activation-quantization kernels per decoder layer on the W8A8 path (module docstring): one per
+# GEMM input, four GEMMs per layer (vLLM merges Q, K, V and gate, up).
+W8A8_QUANT_KERNELS_PER_LAYER = 4
 
 
 def linear_flops_scale(model: ModelSpec, gpu_name: str) -> float:
@@ -88,6 +118,15 @@ def linear_flops_scale(model: ModelSpec, gpu_name: str) -> float:
     if model.weight_quantization == "fp8":
         return FP8_GEMM_SPEEDUP.get(gpu_name, 1.0)
     return 1.0
+
+
+def activation_quant_kernels_per_layer(model: ModelSpec, gpu_name: str) -> int:
+    """Extra kernels per decoder layer that quantize GEMM inputs: W8A8_QUANT_KERNELS_PER_LAYER for
+    FP8 weights on a GPU with FP8 tensor cores (the W8A8 path), else 0 (weight-only Marlin reads
+    BF16 activations as they are; an unlisted GPU claims nothing)."""
+    if model.weight_quantization == "fp8" and FP8_GEMM_SPEEDUP.get(gpu_name, 1.0) > 1.0:
+        return W8A8_QUANT_KERNELS_PER_LAYER
+    return 0
 
 
 # quantization_config.quant_method values that store linear weights in 8-bit floats (vLLM's

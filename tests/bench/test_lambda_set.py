@@ -17,15 +17,16 @@ from pathlib import Path
 import pytest
 
 from sim.bench.lambda_set import (
-    EARLIER_STREAM_CHUNK_S,
+    EARLIER_TERMS,
     LATER_SCRIPT_FLAGS,
     file_terms,
-    fit_stream_chunk,
+    fit_earlier,
     lambda_scenario,
     later_script,
     load_set,
 )
 from sim.bench.setup import scenario_for_file, scenario_from_fields
+from sim.cost.server import shipped_terms
 from sim.errors import ScenarioError
 
 SHARED_BENCH = Path(__file__).resolve().parents[2].parent / "shared" / "bench" / "vllm_bench"
@@ -56,13 +57,19 @@ def test_long_context_earlier_runs_could_not_have_used_the_later_flags() -> None
         assert scenario.enable_chunked_prefill and scenario.max_num_batched_tokens == 512
 
 
-def test_the_shipped_stream_chunk_cost_is_its_leave_one_file_out_fit() -> None:
-    """EARLIER_STREAM_CHUNK_S is the fit on the 13 runs that stream every token, and every fold left
-    one file out picks the same value; the later runs are replayed without it."""
+@pytest.mark.parametrize("gpu", ["A100-80GB", "H100-80GB"])
+def test_the_earlier_runs_front_end_and_stream_terms_are_their_fit(gpu: str) -> None:
+    """EARLIER_TERMS[gpu] is the fit on that GPU's earlier-script runs with the shipped GPU-side
+    terms fixed; those runs are replayed with them, the later runs with the shipped terms alone."""
     files = load_set(SHARED_BENCH)
-    value, in_sample, held_out = fit_stream_chunk(files)
-    assert value == EARLIER_STREAM_CHUNK_S
-    assert len(held_out) == 13
-    assert [r.simulated for r in held_out] == [r.simulated for r in in_sample]
+    result = fit_earlier(files, gpu)
+    fitted = result.terms.values()
+    assert {name: fitted[name] for name in EARLIER_TERMS[gpu]} == pytest.approx(EARLIER_TERMS[gpu])
+    shipped = shipped_terms("vllm-v0", gpu).values()
+    for name in ("flops_efficiency_scale", "overhead_scale"):  # the GPU side is the later runs' fit
+        assert fitted[name] == shipped[name]
+    earlier = next(b for b in files if not later_script(b) and b.name.startswith(f"1x{gpu[:4]}"))
+    terms = file_terms(earlier, lambda_scenario(earlier))
+    assert terms.stream_chunk_s == EARLIER_TERMS[gpu]["stream_chunk_s"] > 0.0
     later = next(b for b in files if later_script(b))
     assert file_terms(later, lambda_scenario(later)).stream_chunk_s == 0.0

@@ -1,15 +1,26 @@
-"""FP8 linear layers: the GEMM FLOP rate doubles where the GPU has FP8 tensor cores, not on A100.
+"""FP8 linear layers: the GEMM FLOP rate doubles where the GPU has FP8 tensor cores, and each GEMM
+input is quantized by a kernel of its own first; on A100 weight-only Marlin runs below cuBLAS BF16
+once compute-bound.
 
 Sources: sim/scenario/quantization.py (vLLM `Fp8LinearMethod`: W8A8 FP8 GEMMs at compute capability
->= 8.9, weight-only Marlin below; NVIDIA datasheets for the dense FP8/BF16 peaks).
+>= 8.9, weight-only Marlin below; NVIDIA datasheets for the dense FP8/BF16 peaks; Marlin's measured
+compute-bound rate).
 """
 
 from __future__ import annotations
 
 import pytest
 
+from sim.cost.linear import LAYER_OPS, LayerShape, gemm_input_elements
 from sim.cost.model import CostModel
-from sim.scenario.quantization import FP8_GEMM_SPEEDUP, linear_flops_scale, quantized_model
+from sim.scenario.quantization import (
+    FP8_GEMM_SPEEDUP,
+    MARLIN_COMPUTE_SCALE,
+    W8A8_QUANT_KERNELS_PER_LAYER,
+    activation_quant_kernels_per_layer,
+    linear_flops_scale,
+    quantized_model,
+)
 from sim.scenario.scenario import default_scenario
 
 
@@ -39,11 +50,40 @@ def test_hopper_fp8_gemms_run_at_twice_the_bf16_rate() -> None:
     assert cost.linear_time_s(tokens) < bf16.linear_time_s(tokens)
 
 
-def test_a100_runs_fp8_weight_only_at_the_bf16_rate() -> None:
+def test_a100_runs_fp8_weight_only_through_marlin() -> None:
     cost = _cost("A100-80GB", "fp8")
-    assert cost.linear_flops_scale == 1.0  # Marlin W8A16: dequantize, multiply on BF16 tensor cores
+    # Marlin W8A16: dequantize in registers, multiply on BF16 tensor cores, below cuBLAS once compute-bound
+    assert cost.linear_flops_scale == MARLIN_COMPUTE_SCALE
+    assert 0.6 <= MARLIN_COMPUTE_SCALE < 1.0  # between the 4-bit kernel's measured ceiling and cuBLAS
     bf16 = _cost("A100-80GB", None)
     assert cost.weight_bytes < 0.6 * bf16.weight_bytes  # the weight bytes still halve
+    assert cost.linear_time_s(1) < 0.6 * bf16.linear_time_s(1)  # memory-bound decode: faster
+    assert cost.linear_time_s(16384) > bf16.linear_time_s(16384)  # compute-bound prefill: slower
+    assert cost.linear_fixed_s == bf16.linear_fixed_s  # no activation quantization kernels
+
+
+def test_hopper_fp8_quantizes_each_gemm_input_in_its_own_kernel() -> None:
+    """W8A8: four quantization kernels per layer, each at the fitted per-kernel latency floor, plus
+    reading each GEMM input at 2 bytes and writing it at 1."""
+    fp8, bf16 = _cost("H100-80GB", "fp8"), _cost("H100-80GB", None)
+    model = quantized_model(default_scenario().with_overrides(model="llama-3-8b").model_spec(), "fp8")
+    assert activation_quant_kernels_per_layer(model, "H100-80GB") == W8A8_QUANT_KERNELS_PER_LAYER == 4
+    assert activation_quant_kernels_per_layer(model, "A100-80GB") == 0
+    assert (
+        activation_quant_kernels_per_layer(
+            model.model_copy(update={"weight_quantization": None}), "H100-80GB"
+        )
+        == 0
+    )
+    assert fp8.linear_fixed_s == pytest.approx(bf16.linear_fixed_s * (1 + 4 / len(LAYER_OPS)))
+    # each layer's GEMM inputs (hidden for QKV and gate/up, the heads for O, the MLP for down), TP 1;
+    # the preset's MLP width is the gated equivalent solved from its parameter count (LayerShape)
+    shape = LayerShape.from_model(model)
+    assert gemm_input_elements(shape, 1) == 4096 * 3 + shape.mlp_size
+    extra = 32 * gemm_input_elements(shape, 1) * 3
+    assert fp8.elementwise_bytes_per_token - bf16.elementwise_bytes_per_token == pytest.approx(
+        extra, rel=1e-3
+    )
 
 
 def test_unknown_gpu_claims_no_fp8_speed_up() -> None:
