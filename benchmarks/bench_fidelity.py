@@ -12,8 +12,9 @@ stream cost per GPU (sim/bench/lambda_set.py EARLIER_TERMS) with the shipped GPU
 Slow: ~150 simulations per file on one core (minutes).
 
 Table 3: the BF16/FP8 pairs of the Lambda set (same prompts and layer shapes; sim/bench/lambda_set.py
-FP8_PAIR_MODELS): measured vs simulated ratio of the burst's prefill span, a check of the FP8 GEMM
-rate (sim/scenario/quantization.py) that no fit touches.
+FP8_PAIR_MODELS): measured vs simulated ratio of the burst's prefill span. On H100 a check of the FP8
+W8A8 kernels (sim/scenario/quantization.py) that no fit touches; on A100 the calibration of
+Marlin's rate (MARLIN_COMPUTE_SCALE).
 
 Everything printed is deterministic (no wall clock); tests/bench/test_fidelity_pins.py pins Table 1.
 
@@ -77,7 +78,7 @@ def shipped_table(folder: Path) -> None:
 
 
 def fp8_table(folder: Path) -> None:
-    """Table 3: the served prefill speed-up of FP8 weights, measured vs simulated (not fitted)."""
+    """Table 3: the served prefill speed-up of FP8 weights, measured vs simulated (H100 not fitted)."""
     print("Table 3: BF16/FP8 burst prefill span (last first token - p10 TTFT), Llama-3-8B vs 3.1-8B-FP8")
     print(f"{'pair':<18} {'measured':>9} {'simulated':>10} {'error':>8}")
     for label, measured, simulated in fp8_span_ratios(load_set(folder)):

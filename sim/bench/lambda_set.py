@@ -138,8 +138,9 @@ def fit_earlier(files: list[BenchFile], gpu: str, grid: dict[str, tuple[float, .
 # Pairs of runs that differ only in the weight format: Meta-Llama-3-8B-Instruct (BF16) and
 # neuralmagic Meta-Llama-3.1-8B-FP8 have the same layer shapes, the Llama-3/3.1 files share one list
 # of 320 prompts (../shared/bench/README.md: "Same 320 prompts in every file of a tokenizer family"),
-# and each pair shares GPU, TP, max_model_len and script. A check of the FP8 GEMM rate that no fit
-# touches (benchmarks/bench_fidelity.py Table 3).
+# and each pair shares GPU, TP, max_model_len and script. On H100 a check of the FP8 W8A8 kernels
+# that no fit touches; on A100 the calibration of Marlin's rate (sim/scenario/quantization.py
+# MARLIN_COMPUTE_SCALE; benchmarks/bench_fidelity.py Table 3).
 FP8_PAIR_MODELS = ("Meta-Llama-3-8B-Instruct", "Meta-Llama-3.1-8B-FP8")
 
 
