@@ -101,8 +101,22 @@ class FreeBlockQueue:
         """The `count` blocks `pop(count)` would return, without taking them."""
         if self._num_stale == 0:
             return self._entries[self._head : min(self._tail, self._head + count)].copy()
-        valid = self._valid(self._head, self._tail)
-        return self._entries[self._head : self._tail][valid][:count]
+        # Scan from the head in doubling windows, only as far as `count` valid entries (as `pop`
+        # does): a scan of the whole queue costs O(num_blocks) per call (the jump integral peeks
+        # on every jump while cache hits leave stale entries behind).
+        found: list[np.ndarray] = []
+        still_needed = count
+        start, window = self._head, max(count, 8)
+        while still_needed > 0 and start < self._tail:
+            stop = min(self._tail, start + window)
+            valid_blocks = self._entries[start:stop][self._valid(start, stop)]
+            found.append(valid_blocks)
+            still_needed -= valid_blocks.size
+            start, window = stop, 2 * window
+        if not found:
+            return np.zeros(0, dtype=np.int64)
+        blocks = found[0] if len(found) == 1 else np.concatenate(found)
+        return blocks[:count]
 
     def pop_few(self, count: int) -> list[int]:
         """`pop(count)` as a list, with scalar updates when no entry is stale (same blocks, same order).
