@@ -34,7 +34,7 @@ from allocators.cpu_tier import CpuTier
 from allocators.holes import uniform_hole_stats
 from allocators.jump_integral import paged_breakdown_integral
 from allocators.ledger import DuplicateLedger
-from allocators.prefix_keys import block_pieces, sequence_block_keys
+from allocators.prefix_keys import block_pieces, extended_block_keys, sequence_block_keys
 from allocators.seq_arrays import ceil_div, check_live_seq, check_new_seq, ensure_rows, grown
 
 _EMPTY_IDS = np.zeros(0, dtype=np.int64)
@@ -61,9 +61,53 @@ def _has_named_content(seq: SeqSpec) -> bool:
     )
 
 
-@functools.lru_cache(maxsize=256)
 def _cached_block_keys(seq: SeqSpec, block_size: int) -> tuple[Hashable, ...]:
-    """Prompt block names; cached because the engine asks demand_tokens then admit for one seq."""
+    """Prompt block names; cached because the engine asks demand_tokens then admit for one seq.
+
+    The cache is keyed by the fields the names depend on only (prefix_keys.sequence_block_keys): the
+    engine asks demand_tokens with a placeholder seq id and no first chunk, then admits the same
+    prompt under its real id and chunk, and releases it with its limits, so a whole-SeqSpec key
+    would miss every time.
+    """
+    return _block_keys_of_content(
+        seq.prompt_tokens,
+        seq.prefix_group,
+        seq.prefix_tokens,
+        seq.block_hashes,
+        seq.block_hash_tokens,
+        seq.content_key,
+        seq.content_prompt_tokens,
+        seq.sample,
+        block_size,
+    )
+
+
+@functools.lru_cache(maxsize=256)
+def _block_keys_of_content(
+    prompt_tokens: int,
+    prefix_group: int,
+    prefix_tokens: int,
+    block_hashes: tuple[int, ...],
+    block_hash_tokens: int,
+    content_key: tuple | None,
+    content_prompt_tokens: int,
+    sample: int,
+    block_size: int,
+) -> tuple[Hashable, ...]:
+    """Prompt block names of a prompt with this content (`_cached_block_keys`' cached part)."""
+    seq = SeqSpec(
+        0,
+        prompt_tokens,
+        0,
+        0,
+        prefix_group=prefix_group,
+        prefix_tokens=prefix_tokens,
+        block_hashes=block_hashes,
+        block_hash_tokens=block_hash_tokens,
+        content_key=content_key,
+        content_prompt_tokens=content_prompt_tokens,
+        sample=sample,
+    )
     return tuple(sequence_block_keys(seq, block_size))
 
 
@@ -759,12 +803,15 @@ class PagedAllocator(AllocatorBase):
         already holds keeps that holder (`BlockPool.register`).
         """
         spec = self._content_of.pop(seq_id)
-        full = self.lengths_tokens.item(seq_id) // self.block_size
-        keys = sequence_block_keys(spec, self.block_size, full * self.block_size)
+        bs = self.block_size
+        keys = extended_block_keys(spec, bs, self.lengths_tokens.item(seq_id), _cached_block_keys(spec, bs))
         pool = self.pool
-        for index, key in enumerate(keys):
-            block = int(blocks[index])
-            if not pool.has_key[block] and pool.refcount[block] == 1:
+        held = blocks[: len(keys)]
+        # gathered once: registering one of these blocks changes no other block's name or refcount
+        # (a key's previous holder it unnames is free, so not one of this live sequence's blocks)
+        unnamed = (~pool.has_key[held] & (pool.refcount[held] == 1)).tolist()
+        for block, key, take in zip(held.tolist(), keys, unnamed, strict=True):
+            if take:
                 pool.register(block, key)
         if self.cpu_tier is not None:
             # the blocks filled since the last store (decode, a chunk's tail) reach the CPU tier as well
