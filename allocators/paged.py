@@ -315,14 +315,7 @@ class PagedAllocator(AllocatorBase):
         if not _has_named_content(seq):
             return (), []
         keys = _cached_block_keys(seq, self.block_size)
-        hits: list[int] = []
-        if self.share_prefixes:
-            for key in keys:
-                block = self.pool.lookup(key)
-                if block is None:
-                    break
-                hits.append(block)
-        return keys, hits
+        return keys, (self.pool.leading_hits(keys) if self.share_prefixes else [])
 
     def _blocks_from_free(self, seq: SeqSpec) -> int:
         _, hits = self._prefix_hits(seq)

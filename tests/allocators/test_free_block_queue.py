@@ -4,7 +4,7 @@ Why: the queue is a ring buffer with lazy deletion (stale entries left by `remov
 `pop` and `pop_few` skip stale entries in windows rather than scanning the whole queue. The model
 is the definition: a FIFO list where `remove` deletes from the middle. Every operation's result
 and `peek` of every prefix length must match it, including wrap-around compactions (small pools,
-many pushes at either end).
+many pushes at either end), with and without the stale-position heap (`track_positions`).
 
 The number of examples comes from the hypothesis profile (tests/conftest.py).
 """
@@ -33,11 +33,17 @@ def _check(queue: FreeBlockQueue, model: list[int]) -> None:
     for count in sorted({0, 1, 2, 7, len(model) // 2, len(model), len(model) + 3}):
         assert queue.peek(count).tolist() == model[:count]
     assert [b for b in range(queue.in_queue.size) if queue.in_queue[b]] == sorted(model)
+    if queue._position is not None:  # the stale heap holds exactly the stale entries' positions
+        stale = [p for p in range(queue._head, queue._tail) if not queue._valid(p, p + 1)[0]]
+        assert sorted(queue._stale_positions) == stale
+        assert queue._position[model].tolist() == [
+            p for p in range(queue._head, queue._tail) if queue._valid(p, p + 1)[0]
+        ]
 
 
-@given(num_blocks=st.integers(min_value=1, max_value=64), ops=_OPS)
-def test_free_queue_matches_list_model(num_blocks: int, ops: list[tuple[str, int, int]]) -> None:
-    queue = FreeBlockQueue(num_blocks)
+@given(num_blocks=st.integers(min_value=1, max_value=64), ops=_OPS, track=st.booleans())
+def test_free_queue_matches_list_model(num_blocks: int, ops: list[tuple[str, int, int]], track: bool) -> None:
+    queue = FreeBlockQueue(num_blocks, track_positions=track)
     model = list(range(num_blocks))
     taken: list[int] = []  # blocks out of the queue, in the order they left
     for op, amount, pick in ops:
