@@ -16,7 +16,7 @@ ring, which is what every decode step does (cache hits take recently freed block
 from __future__ import annotations
 
 import heapq
-from collections.abc import Hashable
+from collections.abc import Hashable, Sequence
 
 import numpy as np
 
@@ -42,13 +42,17 @@ class FreeBlockQueue:
         # queued block's entry index, and a heap of the stale entries' indices, so a pop or peek
         # knows whether its head entries are all valid from the smallest one (the common case: hits
         # take recently freed blocks near the tail, far from the head) and never scans for them.
+        # The position also tells the valid entry (the one at it), so stamps are not kept then.
         # Without it (`remove` never called, or rarely) the stale heap stays empty and a queue with
-        # stale entries scans.
+        # stale entries scans, telling valid entries by their stamps.
         self._position: np.ndarray | None = np.arange(num_blocks) if track_positions else None
         self._stale_positions: list[int] = []
 
     def _valid(self, start: int, stop: int) -> np.ndarray:
+        """Per entry in [start, stop): whether it is its block's one valid entry."""
         blocks = self._entries[start:stop]
+        if self._position is not None:
+            return self.in_queue[blocks] & (self._position[blocks] == np.arange(start, stop))
         return self.in_queue[blocks] & (self._entry_stamps[start:stop] == self._stamp[blocks])
 
     def head_is_clean(self, count: int) -> bool:
@@ -84,15 +88,15 @@ class FreeBlockQueue:
         if self._head < count:  # no room before the head: re-centre the queue (amortised)
             live = self._tail - self._head
             self._compact(start=max(count, (self._entries.size - live) // 2))
-        if self._num_stale:
+        self._head -= count
+        if self._position is not None:  # the new entries are valid by position
+            self._position[blocks] = np.arange(self._head, self._head + count)
+        elif self._num_stale:
             self._stamp[blocks] += 1
             self._stamps_raised = True
-        self._head -= count
         self._entries[self._head : self._head + count] = blocks
         if self._stamps_raised:
             self._entry_stamps[self._head : self._head + count] = self._stamp[blocks]
-        if self._position is not None:
-            self._position[blocks] = np.arange(self._head, self._head + count)
         self.in_queue[blocks] = True
         self.num_free += count
 
@@ -103,14 +107,14 @@ class FreeBlockQueue:
             return
         if self._tail + count > self._entries.size:
             self._compact()
-        if self._num_stale:  # a new stamp invalidates a removed block's old entry still in the queue
+        if self._position is not None:  # the new entries are valid by position
+            self._position[blocks] = np.arange(self._tail, self._tail + count)
+        elif self._num_stale:  # a new stamp invalidates a removed block's old entry still in the queue
             self._stamp[blocks] += 1
             self._stamps_raised = True
         self._entries[self._tail : self._tail + count] = blocks
         if self._stamps_raised:
             self._entry_stamps[self._tail : self._tail + count] = self._stamp[blocks]
-        if self._position is not None:
-            self._position[blocks] = np.arange(self._tail, self._tail + count)
         self._tail += count
         self.in_queue[blocks] = True
         self.num_free += count
@@ -314,12 +318,15 @@ class BlockPool:
         lookups never reached it) is taken over by the new block; a key held by a live block keeps
         its holder and the new block stays unnamed.
         """
-        block_list = blocks.tolist()
+        self.register_list(blocks.tolist(), keys)
+
+    def register_list(self, block_list: list[int], keys: Sequence[Hashable]) -> None:
+        """`register_many` for blocks given as a list (distinct live blocks, distinct keys)."""
         by_key = self._block_by_key
-        if by_key.keys().isdisjoint(keys):  # no key taken yet (one C-level pass)
+        if by_key.keys().isdisjoint(keys):  # no key taken yet (one C-level pass): no clash to settle
             by_key.update(zip(keys, block_list, strict=True))
             self._key_of_block.update(zip(block_list, keys, strict=True))
-            self.has_key[blocks] = True
+            self.has_key[block_list] = True
             return
         for block, key in zip(block_list, keys, strict=True):
             self.register(block, key)

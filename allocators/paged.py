@@ -801,11 +801,11 @@ class PagedAllocator(AllocatorBase):
         pool = self.pool
         held = blocks[: len(keys)]
         # gathered once: registering one of these blocks changes no other block's name or refcount
-        # (a key's previous holder it unnames is free, so not one of this live sequence's blocks)
-        unnamed = (~pool.has_key[held] & (pool.refcount[held] == 1)).tolist()
-        for block, key, take in zip(held.tolist(), keys, unnamed, strict=True):
-            if take:
-                pool.register(block, key)
+        # (a key's previous holder it unnames is free, so not one of this live sequence's blocks),
+        # so registering the unnamed private ones in one call is `register` of each in order
+        take = np.flatnonzero(~pool.has_key[held] & (pool.refcount[held] == 1)).tolist()
+        if take:
+            pool.register_list(held[take].tolist(), [keys[index] for index in take])
         if self.cpu_tier is not None:
             # the blocks filled since the last store (decode, a chunk's tail) reach the CPU tier as well
             self._tier_store_keys(seq_id, keys)

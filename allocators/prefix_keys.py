@@ -83,8 +83,16 @@ def sequence_block_keys(seq: SeqSpec, block_size: int, num_tokens: int | None = 
     if seq.content_key is None:
         return keys
     base, sample, shared_blocks = seq.content_key, seq.sample, seq.content_prompt_tokens // block_size
-    for index in range(len(keys), tokens // block_size):
-        keys.append((*base, index) if sample == 0 or index < shared_blocks else (*base, "s", sample, index))
+    # one comprehension (admission names every prompt block): sample 0 and shared blocks by index only
+    if sample == 0:
+        keys.extend([(*base, index) for index in range(len(keys), tokens // block_size)])
+    else:
+        keys.extend(
+            [
+                (*base, index) if index < shared_blocks else (*base, "s", sample, index)
+                for index in range(len(keys), tokens // block_size)
+            ]
+        )
     return keys
 
 
