@@ -283,13 +283,14 @@ class BlockPool:
         blocks = queue._entries[head : head + count].tolist()
         queue._head = head + count
         in_queue, refcount = queue.in_queue, self.refcount
-        if self.num_cached:  # a popped block still holding a cached key is evicted (`_forget`)
-            has_key = self.has_key
+        if self.num_cached:  # a popped block still holding a cached key is evicted (`_forget`, inlined)
+            has_key, by_key, key_of_block = self.has_key, self._block_by_key, self._key_of_block
             for block in blocks:
                 in_queue[block] = False
                 refcount[block] = 1
                 if has_key[block]:
-                    self._forget(block)
+                    del by_key[key_of_block.pop(block)]
+                    has_key[block] = False
                     self.num_cached -= 1
         else:
             for block in blocks:

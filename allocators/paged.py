@@ -533,6 +533,8 @@ class PagedAllocator(AllocatorBase):
             return self._grow_chunk_stored(seq_ids, num_tokens)
         if seq_ids.size <= _SCALAR_GROW_MAX and num_tokens <= self.block_size:
             return self._grow_few(seq_ids.tolist(), num_tokens)
+        if seq_ids.size == 1 and not self._num_cow_flagged and self.live.item(seq_ids.item(0)):
+            return self._grow_single(seq_ids.item(0), num_tokens)  # a prefill chunk
         lengths = self.lengths_tokens[seq_ids]
         grown_lengths = lengths + num_tokens
         eventful = grown_lengths > self.quiet_limit_tokens[seq_ids]  # a mask: one index op per use
@@ -610,6 +612,38 @@ class PagedAllocator(AllocatorBase):
             lengths[seq_id] -= num_tokens
         self._stored_tokens -= len(events) * num_tokens
         return self._grow_general(np.asarray(events, dtype=np.int64), num_tokens)
+
+    def _grow_single(self, seq_id: int, num_tokens: int) -> np.ndarray:
+        """`grow` of one live sequence by more than a block (a prefill chunk), no fork sharing, in scalars.
+
+        Why: chunked prefill grows one sequence by a chunk every step it runs; that always took the
+        general rule (`_grow_general`: ~40 NumPy calls on one-element arrays). The same rule for one
+        sequence without copy-on-write: it fails unchanged past max_model_len or when the pool lacks
+        the blocks; otherwise it takes them in one allocation, at the end of its table.
+        """
+        bs = self.block_size
+        length = self.lengths_tokens.item(seq_id)
+        have = self.num_seq_blocks.item(seq_id)
+        grown_length = length + num_tokens
+        extra = -(-grown_length // bs) - have  # blocks to append (as `_blocks_needed`)
+        if (self.max_model_len is not None and grown_length > self.max_model_len) or (
+            extra > 0 and extra > self.pool.queue.num_free
+        ):
+            self._set_limits_of(seq_id)  # as `_grow_general` does for every sequence it was given
+            return np.array([seq_id], dtype=np.int64)
+        final = self.final_tokens.item(seq_id)
+        never_before = max(0, have * bs - max(final, length))
+        if extra > 0:
+            self._ensure_columns(have + extra)
+            self._tables[self.table_slot.item(seq_id), have : have + extra] = self.pool.allocate(extra)
+            have += extra
+            self.num_seq_blocks[seq_id] = have
+            self._held_slots += extra * bs
+        self.lengths_tokens[seq_id] = grown_length
+        self._stored_tokens += num_tokens
+        self._never_tokens += max(0, have * bs - max(final, grown_length)) - never_before
+        self._set_limits_of(seq_id)
+        return _EMPTY_IDS
 
     def _append_lean(self, seq_ids: np.ndarray, grown_lengths: np.ndarray) -> bool:
         """One fresh block for each sequence (already grown past its quiet limit), if that is all it takes.
