@@ -137,7 +137,7 @@ class FreeBlockQueue:
 
     def peek(self, count: int) -> np.ndarray:
         """The `count` blocks `pop(count)` would return, without taking them."""
-        if self.head_is_clean(count):
+        if self._num_stale == 0 or self.head_is_clean(count):
             return self._entries[self._head : min(self._tail, self._head + count)].copy()
         # Scan from the head in doubling windows, only as far as `count` valid entries (as `pop`
         # does): a scan of the whole queue costs O(num_blocks) per call (the jump integral peeks
@@ -162,7 +162,7 @@ class FreeBlockQueue:
         Why: a decode step typically takes one or two blocks, where the fancy-indexed updates of
         `pop` cost more than a few scalar stores.
         """
-        if not self.head_is_clean(count):
+        if self._num_stale and not self.head_is_clean(count):
             return self.pop(count).tolist()
         head = self._head
         if count > self._tail - head:
@@ -179,7 +179,7 @@ class FreeBlockQueue:
         """The `count` blocks at the head. Caller checks `num_free >= count`."""
         if count == 0:
             return np.zeros(0, dtype=np.int64)
-        if self.head_is_clean(count):  # the head `count` entries are the blocks
+        if self._num_stale == 0 or self.head_is_clean(count):  # the head `count` entries are the blocks
             if count > self._tail - self._head:
                 raise RuntimeError(
                     f"free queue exhausted: {count - (self._tail - self._head)} more blocks wanted"
@@ -273,7 +273,7 @@ class BlockPool:
     def allocate_few(self, count: int) -> list[int]:
         """`allocate(count)` as a list, in scalar steps (for the handful of blocks of a decode step)."""
         queue = self.queue
-        if not queue.head_is_clean(count):  # stale queue entries among the head ones: the general path
+        if queue._num_stale and not queue.head_is_clean(count):  # stale head entries: general path
             return self.allocate(count).tolist()
         # FreeBlockQueue.pop_few's clean case, inlined with the refcount stores and evictions in one
         # loop (every decode step that crosses a block boundary comes here)
