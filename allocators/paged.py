@@ -111,6 +111,58 @@ def _block_keys_of_content(
     return tuple(sequence_block_keys(seq, block_size))
 
 
+def _cached_block_pieces(
+    seq: SeqSpec, block_size: int, skip_whole_blocks: bool
+) -> dict[int, list[tuple[Hashable, int]]]:
+    """prefix_keys.block_pieces of a prompt with named content, cached; read-only (shared between calls).
+
+    Why: admission asks it for every request, and the pieces depend only on the named stretches
+    (prefix_keys.named_segments), which the prompt length cuts only when it ends inside them: a
+    prompt at least as long as its named content has the same pieces at any length, so the cache
+    is keyed by the prompt length capped there (most prompts then share one entry per prefix).
+    """
+    prompt = seq.prompt_tokens
+    if seq.block_hashes and seq.block_hash_tokens > 0:
+        named_extent = len(seq.block_hashes) * seq.block_hash_tokens
+    elif seq.prefix_group >= 0 and seq.prefix_tokens > 0:
+        named_extent = seq.prefix_tokens
+    else:
+        return {}
+    return _block_pieces_of_content(
+        min(prompt, named_extent),
+        seq.prefix_group,
+        seq.prefix_tokens,
+        seq.block_hashes,
+        seq.block_hash_tokens,
+        block_size,
+        skip_whole_blocks,
+    )
+
+
+@functools.lru_cache(maxsize=256)
+def _block_pieces_of_content(
+    prompt_tokens: int,
+    prefix_group: int,
+    prefix_tokens: int,
+    block_hashes: tuple[int, ...],
+    block_hash_tokens: int,
+    block_size: int,
+    skip_whole_blocks: bool,
+) -> dict[int, list[tuple[Hashable, int]]]:
+    """`_cached_block_pieces`' cached part."""
+    seq = SeqSpec(
+        0,
+        prompt_tokens,
+        0,
+        0,
+        prefix_group=prefix_group,
+        prefix_tokens=prefix_tokens,
+        block_hashes=block_hashes,
+        block_hash_tokens=block_hash_tokens,
+    )
+    return block_pieces(seq, block_size, skip_whole_blocks=skip_whole_blocks)
+
+
 class PagedAllocator(AllocatorBase):
     """Block pool + block tables + refcounts + prefix sharing/caching."""
 
@@ -255,12 +307,11 @@ class PagedAllocator(AllocatorBase):
 
     def _set_limits_of(self, seq_id: int) -> None:
         """`_set_limits` for one sequence, in Python ints (admission runs it once per request)."""
-        length = int(self.lengths_tokens[seq_id])
-        final = int(self.final_tokens[seq_id])
+        final = self.final_tokens.item(seq_id)
         cap = final if self.max_model_len is None else min(final, self.max_model_len)
-        quiet = min(int(self.num_seq_blocks[seq_id]) * self.block_size, cap)
+        quiet = min(self.num_seq_blocks.item(seq_id) * self.block_size, cap)
         if self._num_cow_flagged and self.cow_flag[seq_id]:
-            quiet, cap = length, -1
+            quiet, cap = self.lengths_tokens.item(seq_id), -1
         self.quiet_limit_tokens[seq_id] = quiet
         self._lean_cap_tokens[seq_id] = cap
 
@@ -351,11 +402,7 @@ class PagedAllocator(AllocatorBase):
         if prompt_blocks - live_hits > self.pool.num_free:
             return False
         # named pieces that could be duplicates (with sharing, whole named blocks never are)
-        pieces = (
-            block_pieces(seq, self.block_size, skip_whole_blocks=self.share_prefixes)
-            if _has_named_content(seq)
-            else {}
-        )
+        pieces = _cached_block_pieces(seq, self.block_size, self.share_prefixes)
         revived = self.pool.touch(hit_blocks) if hits else _EMPTY_IDS
         if pieces and revived.size:  # a cached block is live content again
             revived_set = set(revived.tolist())

@@ -3,7 +3,8 @@
 Why: the paged allocator names a released sequence's blocks by extending its (cached) prompt keys
 (`extended_block_keys`) and caches prompt keys by content fields only (`_cached_block_keys`); both
 must give exactly the keys `sequence_block_keys` defines, for hash chains, prefix groups, content
-keys, samples and any length below or past the prompt.
+keys, samples and any length below or past the prompt. Likewise admission's cached block pieces
+(`_cached_block_pieces`, keyed by the prompt length capped at the named content) and `block_pieces`.
 """
 
 from __future__ import annotations
@@ -12,8 +13,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from allocators.base import SeqSpec
-from allocators.paged import _cached_block_keys
-from allocators.prefix_keys import extended_block_keys, sequence_block_keys
+from allocators.paged import _cached_block_keys, _cached_block_pieces
+from allocators.prefix_keys import block_pieces, extended_block_keys, sequence_block_keys
 
 _SPECS = st.builds(
     SeqSpec,
@@ -38,3 +39,10 @@ def test_extended_keys_match_the_definition(seq: SeqSpec, block_size: int, num_t
     assert _cached_block_keys(seq, block_size) == prompt_keys
     expected = tuple(sequence_block_keys(seq, block_size, num_tokens))
     assert extended_block_keys(seq, block_size, num_tokens, prompt_keys) == expected
+
+
+@given(seq=_SPECS, block_size=st.sampled_from([1, 4, 16]), skip=st.booleans())
+def test_cached_pieces_match_the_definition(seq: SeqSpec, block_size: int, skip: bool) -> None:
+    assert _cached_block_pieces(seq, block_size, skip) == block_pieces(
+        seq, block_size, skip_whole_blocks=skip
+    )
