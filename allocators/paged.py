@@ -597,6 +597,8 @@ class PagedAllocator(AllocatorBase):
                     return _EMPTY_IDS
             elif self._append_lean(event_ids, grown_lengths[eventful]):
                 return _EMPTY_IDS
+        elif self._append_lean_blocks(event_ids, grown_lengths[eventful]):
+            return _EMPTY_IDS
         # undo the eventful sequences' growth and redo it under the general rule
         self.lengths_tokens[event_ids] = lengths[eventful]
         self._stored_tokens -= event_ids.size * num_tokens
@@ -710,6 +712,41 @@ class PagedAllocator(AllocatorBase):
         held = have * self.block_size
         self._held_slots += seq_ids.size * self.block_size
         # below the final length before, so nothing was never-filled; now the final block may be held
+        self._never_tokens += int(np.add.reduce(np.maximum(held - self.final_tokens[seq_ids], 0)))
+        self.quiet_limit_tokens[seq_ids] = np.minimum(held, caps)
+        return True
+
+    def _append_lean_blocks(self, seq_ids: np.ndarray, grown_lengths: np.ndarray) -> bool:
+        """`_append_lean` for growth of more than a block (a jump): each sequence takes the blocks it needs.
+
+        Why: a decode jump longer than a block took the general rule every time (`_grow_general`:
+        totals before and after, copy-on-write and max_model_len tests, a cumulative sum). When
+        every sequence stays within its lean cap (no copy-on-write, not past its final length or
+        max_model_len) and the pool has all the blocks, that rule gives each sequence, in order, its
+        blocks from one allocation; this does just that. Returns False, having changed nothing,
+        otherwise (the general rule then serves them first-come).
+        """
+        caps = self._lean_cap_tokens[seq_ids]
+        if not (grown_lengths <= caps).all():
+            return False
+        bs = self.block_size
+        have = self.num_seq_blocks[seq_ids]
+        counts = (grown_lengths + (bs - 1)) // bs - have  # >= 1: each grew past its held slots
+        total = int(np.add.reduce(counts))
+        if total > self.pool.queue.num_free:
+            return False
+        held = have + counts
+        self._ensure_columns(int(np.maximum.reduce(held)))
+        new_blocks = self.pool.allocate(total)
+        # as `_append_blocks`: sequence i's blocks are the next counts[i] popped, at columns have[i]...
+        first_new = np.cumsum(counts) - counts
+        rows = np.repeat(self.table_slot[seq_ids], counts)
+        cols = np.repeat(have - first_new, counts) + np.arange(total)
+        self._tables[rows, cols] = new_blocks
+        self.num_seq_blocks[seq_ids] = held
+        held *= bs
+        self._held_slots += total * bs
+        # below the final length before (grown <= cap), so nothing was never-filled; now it may be
         self._never_tokens += int(np.add.reduce(np.maximum(held - self.final_tokens[seq_ids], 0)))
         self.quiet_limit_tokens[seq_ids] = np.minimum(held, caps)
         return True

@@ -149,3 +149,42 @@ def test_single_sequence_chunk_grow_agrees_with_the_general_rule(seed: int, cach
         assert _state(single) == _state(general)
         outcomes.append(bool(failed.size))
     assert any(outcomes) and not all(outcomes)  # both growth and failure were exercised
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+@pytest.mark.parametrize("caching", [False, True])
+def test_multi_block_growth_agrees_with_the_general_rule(seed: int, caching: bool) -> None:
+    """grow() by more than a block on several sequences (a decode jump) against `_grow_general`.
+
+    Random groups grow by 17..39 tokens in a cache that runs out of blocks, under max_model_len and
+    past final lengths, with a fork's pending copy-on-write: failures and state equal after every call.
+    """
+    rng = np.random.default_rng(seed)
+    base = PagedAllocator(
+        "paged", 300 * BLOCK_SIZE, BLOCK_SIZE, enable_prefix_caching=caching, max_model_len=1200
+    )
+    for seq_id in range(10):
+        output = int(rng.integers(200, 1500))  # most stay below their final length a while
+        spec = SeqSpec(
+            seq_id, int(rng.integers(1, 120)), output, output, prefix_group=seq_id % 2, prefix_tokens=40
+        )
+        assert base.admit(spec)
+    assert base.fork(0, SeqSpec(10, 1, 1000, 1000))
+    base.release(9)
+    live = [seq_id for seq_id in range(11) if seq_id != 9]
+    calls = [
+        (
+            rng.permutation(live)[: int(rng.integers(2, 11))].astype(np.int64),
+            int(rng.integers(BLOCK_SIZE + 1, 80)),
+        )
+        for _ in range(40)
+    ]
+    lean, general = copy.deepcopy(base), copy.deepcopy(base)
+    outcomes = []
+    for ids, tokens in calls:
+        failed = lean.grow(ids, tokens)
+        expected = general._grow_general(ids, tokens)
+        assert failed.tolist() == expected.tolist()
+        assert _state(lean) == _state(general)
+        outcomes.append(bool(failed.size))
+    assert any(outcomes) and not all(outcomes)
