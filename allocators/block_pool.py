@@ -221,7 +221,10 @@ class BlockPool:
         self.refcount = np.zeros(num_blocks, dtype=np.int32)
         self.queue = FreeBlockQueue(num_blocks, track_positions=enable_caching)
         self.has_key = np.zeros(num_blocks, dtype=bool)
-        self._key_of_block: dict[int, Hashable] = {}
+        # block -> its key (None: unnamed), a list indexed by block id: admission and release name
+        # and evict dozens of blocks each, and list stores cost less than inserts into a dict of
+        # every block; `_block_by_key` is its inverse (non-empty exactly when some block is named)
+        self._key_of_block: list[Hashable | None] = [None] * num_blocks
         self._block_by_key: dict[Hashable, int] = {}
         self.num_cached = 0  # free blocks still findable by key
 
@@ -264,7 +267,8 @@ class BlockPool:
             if evicted.size:  # `_forget` of each, in order, with the lookups hoisted
                 by_key, key_of_block = self._block_by_key, self._key_of_block
                 for block in evicted.tolist():
-                    del by_key[key_of_block.pop(block)]
+                    del by_key[key_of_block[block]]
+                    key_of_block[block] = None
                 self.has_key[evicted] = False
                 self.num_cached -= evicted.size
         self.refcount[blocks] = 1
@@ -289,7 +293,8 @@ class BlockPool:
                 in_queue[block] = False
                 refcount[block] = 1
                 if has_key[block]:
-                    del by_key[key_of_block.pop(block)]
+                    del by_key[key_of_block[block]]
+                    key_of_block[block] = None
                     has_key[block] = False
                     self.num_cached -= 1
         else:
@@ -326,14 +331,20 @@ class BlockPool:
         by_key = self._block_by_key
         if by_key.keys().isdisjoint(keys):  # no key taken yet (one C-level pass): no clash to settle
             by_key.update(zip(keys, block_list, strict=True))
-            self._key_of_block.update(zip(block_list, keys, strict=True))
+            key_of_block = self._key_of_block
+            for block, key in zip(block_list, keys, strict=True):
+                key_of_block[block] = key
             self.has_key[block_list] = True
             return
         for block, key in zip(block_list, keys, strict=True):
             self.register(block, key)
 
     def _forget(self, block: int) -> None:
-        key = self._key_of_block.pop(block)
+        """Unname a named block (its key is no longer findable)."""
+        key = self._key_of_block[block]
+        if key is None:
+            raise KeyError(block)
+        self._key_of_block[block] = None
         del self._block_by_key[key]
         self.has_key[block] = False
 
@@ -352,14 +363,15 @@ class BlockPool:
         freed = blocks[left == 0]
         if freed.size == 0:
             return freed
-        if self._key_of_block:  # named blocks exist: freed ones stay cached, or lose their names
+        if self._block_by_key:  # named blocks exist: freed ones stay cached, or lose their names
             keyed = freed[self.has_key[freed]]
             if self.enable_caching:
                 self.num_cached += keyed.size
             elif keyed.size:
                 by_key, key_of_block = self._block_by_key, self._key_of_block
                 for block in keyed.tolist():
-                    del by_key[key_of_block.pop(block)]
+                    del by_key[key_of_block[block]]
+                    key_of_block[block] = None
                 self.has_key[keyed] = False
         if self.enable_caching:
             named = self.has_key[freed]
