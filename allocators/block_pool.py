@@ -7,14 +7,16 @@ least recently freed cached block is evicted first. A cache hit on a free block 
 middle of the queue.
 
 The queue is a NumPy ring buffer with lazy deletion (a per-block stamp marks the one valid entry),
-so pushing and popping many blocks is vectorised; removal from the middle is O(1). Stale entries
-only come from removals (cache hits), so the queue counts them: while there are none between head and
-tail, a pop is one slice of the ring, which is what every decode step without prefix caching does.
+so pushing and popping many blocks is vectorised; removal from the middle is O(log n). Stale entries
+only come from removals (cache hits), so the queue counts them, and with prefix caching keeps their
+positions in a heap: while none lies among the head entries a pop takes, the pop is one slice of the
+ring, which is what every decode step does (cache hits take recently freed blocks, near the tail).
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+import heapq
+from collections.abc import Hashable, Sequence
 
 import numpy as np
 
@@ -22,7 +24,7 @@ import numpy as np
 class FreeBlockQueue:
     """FIFO of free block ids: pop from the head (least recently freed), push to the tail."""
 
-    def __init__(self, num_blocks: int) -> None:
+    def __init__(self, num_blocks: int, track_positions: bool = True) -> None:
         size = 2 * num_blocks + 1
         self._entries = np.zeros(size, dtype=np.int64)
         self._entry_stamps = np.zeros(size, dtype=np.int64)
@@ -36,10 +38,29 @@ class FreeBlockQueue:
         # Whether any block's stamp was ever raised: until then every stamp, and every entry's stamp,
         # is 0, so pushes need not copy stamps (most runs: without prefix-cache hits nothing is removed)
         self._stamps_raised = False
+        # With `track_positions` (a pool with prefix caching, where cache hits remove blocks): each
+        # queued block's entry index, and a heap of the stale entries' indices, so a pop or peek
+        # knows whether its head entries are all valid from the smallest one (the common case: hits
+        # take recently freed blocks near the tail, far from the head) and never scans for them.
+        # The position also tells the valid entry (the one at it), so stamps are not kept then.
+        # Without it (`remove` never called, or rarely) the stale heap stays empty and a queue with
+        # stale entries scans, telling valid entries by their stamps.
+        self._position: np.ndarray | None = np.arange(num_blocks) if track_positions else None
+        self._stale_positions: list[int] = []
 
     def _valid(self, start: int, stop: int) -> np.ndarray:
+        """Per entry in [start, stop): whether it is its block's one valid entry."""
         blocks = self._entries[start:stop]
+        if self._position is not None:
+            return self.in_queue[blocks] & (self._position[blocks] == np.arange(start, stop))
         return self.in_queue[blocks] & (self._entry_stamps[start:stop] == self._stamp[blocks])
+
+    def head_is_clean(self, count: int) -> bool:
+        """Whether the first `count` entries from the head are all valid (then they are the blocks)."""
+        if self._num_stale == 0:
+            return True
+        stale = self._stale_positions
+        return len(stale) == self._num_stale and stale[0] >= self._head + count
 
     def _compact(self, start: int = 0) -> None:
         """Drop stale entries and move the valid ones to begin at `start` (room for front pushes)."""
@@ -49,7 +70,10 @@ class FreeBlockQueue:
         self._entries[start : start + kept.size] = kept
         self._entry_stamps[start : start + kept.size] = stamps
         self._head, self._tail = start, start + kept.size
+        if self._position is not None:
+            self._position[kept] = np.arange(start, start + kept.size)
         self._num_stale = 0
+        self._stale_positions = []
 
     def push_front(self, blocks: np.ndarray) -> None:
         """Put freed blocks at the head, in the given order (blocks[0] is popped first).
@@ -64,10 +88,12 @@ class FreeBlockQueue:
         if self._head < count:  # no room before the head: re-centre the queue (amortised)
             live = self._tail - self._head
             self._compact(start=max(count, (self._entries.size - live) // 2))
-        if self._num_stale:
+        self._head -= count
+        if self._position is not None:  # the new entries are valid by position
+            self._position[blocks] = np.arange(self._head, self._head + count)
+        elif self._num_stale:
             self._stamp[blocks] += 1
             self._stamps_raised = True
-        self._head -= count
         self._entries[self._head : self._head + count] = blocks
         if self._stamps_raised:
             self._entry_stamps[self._head : self._head + count] = self._stamp[blocks]
@@ -81,7 +107,9 @@ class FreeBlockQueue:
             return
         if self._tail + count > self._entries.size:
             self._compact()
-        if self._num_stale:  # a new stamp invalidates a removed block's old entry still in the queue
+        if self._position is not None:  # the new entries are valid by position
+            self._position[blocks] = np.arange(self._tail, self._tail + count)
+        elif self._num_stale:  # a new stamp invalidates a removed block's old entry still in the queue
             self._stamp[blocks] += 1
             self._stamps_raised = True
         self._entries[self._tail : self._tail + count] = blocks
@@ -96,21 +124,45 @@ class FreeBlockQueue:
         self.in_queue[blocks] = False
         self.num_free -= blocks.size
         self._num_stale += blocks.size  # each removed block leaves its one valid entry behind
+        if self._position is not None:
+            stale = self._stale_positions
+            for position in self._position[blocks].tolist():
+                heapq.heappush(stale, position)
+
+    def _passed(self) -> None:
+        """Forget the stale positions the head has moved past (a pop skipped those entries)."""
+        stale, head = self._stale_positions, self._head
+        while stale and stale[0] < head:
+            heapq.heappop(stale)
 
     def peek(self, count: int) -> np.ndarray:
         """The `count` blocks `pop(count)` would return, without taking them."""
-        if self._num_stale == 0:
+        if self._num_stale == 0 or self.head_is_clean(count):
             return self._entries[self._head : min(self._tail, self._head + count)].copy()
-        valid = self._valid(self._head, self._tail)
-        return self._entries[self._head : self._tail][valid][:count]
+        # Scan from the head in doubling windows, only as far as `count` valid entries (as `pop`
+        # does): a scan of the whole queue costs O(num_blocks) per call (the jump integral peeks
+        # on every jump while cache hits leave stale entries behind).
+        found: list[np.ndarray] = []
+        still_needed = count
+        start, window = self._head, max(count, 8)
+        while still_needed > 0 and start < self._tail:
+            stop = min(self._tail, start + window)
+            valid_blocks = self._entries[start:stop][self._valid(start, stop)]
+            found.append(valid_blocks)
+            still_needed -= valid_blocks.size
+            start, window = stop, 2 * window
+        if not found:
+            return np.zeros(0, dtype=np.int64)
+        blocks = found[0] if len(found) == 1 else np.concatenate(found)
+        return blocks[:count]
 
     def pop_few(self, count: int) -> list[int]:
-        """`pop(count)` as a list, with scalar updates when no entry is stale (same blocks, same order).
+        """`pop(count)` as a list, in scalar steps when the head entries are valid (same blocks, order).
 
         Why: a decode step typically takes one or two blocks, where the fancy-indexed updates of
         `pop` cost more than a few scalar stores.
         """
-        if self._num_stale:
+        if self._num_stale and not self.head_is_clean(count):
             return self.pop(count).tolist()
         head = self._head
         if count > self._tail - head:
@@ -127,7 +179,7 @@ class FreeBlockQueue:
         """The `count` blocks at the head. Caller checks `num_free >= count`."""
         if count == 0:
             return np.zeros(0, dtype=np.int64)
-        if self._num_stale == 0:  # every entry is valid: the head `count` entries are the blocks
+        if self._num_stale == 0 or self.head_is_clean(count):  # the head `count` entries are the blocks
             if count > self._tail - self._head:
                 raise RuntimeError(
                     f"free queue exhausted: {count - (self._tail - self._head)} more blocks wanted"
@@ -152,6 +204,8 @@ class FreeBlockQueue:
             still_needed -= positions.size
             self._num_stale -= (stop - self._head) - positions.size  # skipped stale entries are gone
             self._head = stop
+        if self._stale_positions:
+            self._passed()
         blocks = taken[0] if len(taken) == 1 else np.concatenate(taken)
         self.in_queue[blocks] = False
         self.num_free -= count
@@ -165,9 +219,12 @@ class BlockPool:
         self.num_blocks = num_blocks
         self.enable_caching = enable_caching
         self.refcount = np.zeros(num_blocks, dtype=np.int32)
-        self.queue = FreeBlockQueue(num_blocks)
+        self.queue = FreeBlockQueue(num_blocks, track_positions=enable_caching)
         self.has_key = np.zeros(num_blocks, dtype=bool)
-        self._key_of_block: dict[int, Hashable] = {}
+        # block -> its key (None: unnamed), a list indexed by block id: admission and release name
+        # and evict dozens of blocks each, and list stores cost less than inserts into a dict of
+        # every block; `_block_by_key` is its inverse (non-empty exactly when some block is named)
+        self._key_of_block: list[Hashable | None] = [None] * num_blocks
         self._block_by_key: dict[Hashable, int] = {}
         self.num_cached = 0  # free blocks still findable by key
 
@@ -178,6 +235,20 @@ class BlockPool:
     def lookup(self, key: Hashable) -> int | None:
         """Block holding `key`'s content, live or cached; None when absent."""
         return self._block_by_key.get(key)
+
+    def leading_hits(self, keys: tuple[Hashable, ...]) -> list[int]:
+        """Blocks holding keys[0], keys[1], ... (live or cached), up to the first key not held.
+
+        Why one call: admission looks up every block of a prompt (`lookup` per key, inlined).
+        """
+        hits: list[int] = []
+        get = self._block_by_key.get
+        for key in keys:
+            block = get(key)
+            if block is None:
+                break
+            hits.append(block)
+        return hits
 
     def touch(self, blocks: np.ndarray) -> np.ndarray:
         """Add a reference to each block (prefix hits); return those revived from the free cache."""
@@ -193,38 +264,44 @@ class BlockPool:
         blocks = self.queue.pop(count)
         if self.num_cached:  # only cached (free, keyed) blocks can be evicted
             evicted = blocks[self.has_key[blocks]]
-            for block in evicted.tolist():
-                self._forget(block)
-            self.num_cached -= evicted.size
+            if evicted.size:  # `_forget` of each, in order, with the lookups hoisted
+                by_key, key_of_block = self._block_by_key, self._key_of_block
+                for block in evicted.tolist():
+                    del by_key[key_of_block[block]]
+                    key_of_block[block] = None
+                self.has_key[evicted] = False
+                self.num_cached -= evicted.size
         self.refcount[blocks] = 1
         return blocks
 
     def allocate_few(self, count: int) -> list[int]:
         """`allocate(count)` as a list, in scalar steps (for the handful of blocks of a decode step)."""
         queue = self.queue
-        if self.num_cached:  # evictions: the general path
+        if queue._num_stale and not queue.head_is_clean(count):  # stale head entries: general path
             return self.allocate(count).tolist()
-        if queue._num_stale:  # stale queue entries: the queue's general pop
-            return self._refcount_one(queue.pop_few(count))
-        # FreeBlockQueue.pop_few's no-stale case, inlined with the refcount stores in one loop (every
-        # decode step that crosses a block boundary comes here)
+        # FreeBlockQueue.pop_few's clean case, inlined with the refcount stores and evictions in one
+        # loop (every decode step that crosses a block boundary comes here)
         head = queue._head
         if count > queue._tail - head:
             raise RuntimeError(f"free queue exhausted: {count - (queue._tail - head)} more blocks wanted")
         blocks = queue._entries[head : head + count].tolist()
         queue._head = head + count
         in_queue, refcount = queue.in_queue, self.refcount
-        for block in blocks:
-            in_queue[block] = False
-            refcount[block] = 1
+        if self.num_cached:  # a popped block still holding a cached key is evicted (`_forget`, inlined)
+            has_key, by_key, key_of_block = self.has_key, self._block_by_key, self._key_of_block
+            for block in blocks:
+                in_queue[block] = False
+                refcount[block] = 1
+                if has_key[block]:
+                    del by_key[key_of_block[block]]
+                    key_of_block[block] = None
+                    has_key[block] = False
+                    self.num_cached -= 1
+        else:
+            for block in blocks:
+                in_queue[block] = False
+                refcount[block] = 1
         queue.num_free -= count
-        return blocks
-
-    def _refcount_one(self, blocks: list[int]) -> list[int]:
-        """Set each (freshly popped) block's refcount to 1; returns the blocks."""
-        refcount = self.refcount
-        for block in blocks:
-            refcount[block] = 1
         return blocks
 
     def register(self, block: int, key: Hashable) -> bool:
@@ -247,19 +324,27 @@ class BlockPool:
         lookups never reached it) is taken over by the new block; a key held by a live block keeps
         its holder and the new block stays unnamed.
         """
-        block_list = blocks.tolist()
+        self.register_list(blocks.tolist(), keys)
+
+    def register_list(self, block_list: list[int], keys: Sequence[Hashable]) -> None:
+        """`register_many` for blocks given as a list (distinct live blocks, distinct keys)."""
         by_key = self._block_by_key
-        clashes = [index for index, key in enumerate(keys) if key in by_key]
-        if not clashes:
+        if by_key.keys().isdisjoint(keys):  # no key taken yet (one C-level pass): no clash to settle
             by_key.update(zip(keys, block_list, strict=True))
-            self._key_of_block.update(zip(block_list, keys, strict=True))
-            self.has_key[blocks] = True
+            key_of_block = self._key_of_block
+            for block, key in zip(block_list, keys, strict=True):
+                key_of_block[block] = key
+            self.has_key[block_list] = True
             return
         for block, key in zip(block_list, keys, strict=True):
             self.register(block, key)
 
     def _forget(self, block: int) -> None:
-        key = self._key_of_block.pop(block)
+        """Unname a named block (its key is no longer findable)."""
+        key = self._key_of_block[block]
+        if key is None:
+            raise KeyError(block)
+        self._key_of_block[block] = None
         del self._block_by_key[key]
         self.has_key[block] = False
 
@@ -278,14 +363,15 @@ class BlockPool:
         freed = blocks[left == 0]
         if freed.size == 0:
             return freed
-        if self._key_of_block:  # named blocks exist: freed ones stay cached, or lose their names
+        if self._block_by_key:  # named blocks exist: freed ones stay cached, or lose their names
             keyed = freed[self.has_key[freed]]
             if self.enable_caching:
                 self.num_cached += keyed.size
             elif keyed.size:
                 by_key, key_of_block = self._block_by_key, self._key_of_block
                 for block in keyed.tolist():
-                    del by_key[key_of_block.pop(block)]
+                    del by_key[key_of_block[block]]
+                    key_of_block[block] = None
                 self.has_key[keyed] = False
         if self.enable_caching:
             named = self.has_key[freed]

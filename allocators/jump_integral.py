@@ -170,6 +170,8 @@ def paged_breakdown_integral(
     sums["free"] -= bs * appended_weighted
     if first.cached and appended[-1]:
         popped = alloc.pool.queue.peek(int(appended[-1]))
-        evicted = np.concatenate([[0], np.cumsum(alloc.pool.has_key[popped])])
+        # evicted[j] = cached blocks among the first j popped (int64, as np.cumsum of the bools gives)
+        evicted = np.zeros(popped.size + 1, dtype=np.int64)
+        np.add.accumulate(alloc.pool.has_key[popped], dtype=np.int64, out=evicted[1:])
         sums["cached"] -= bs * float(durations @ evicted[appended.astype(np.int64)])
     return sums

@@ -83,9 +83,39 @@ def sequence_block_keys(seq: SeqSpec, block_size: int, num_tokens: int | None = 
     if seq.content_key is None:
         return keys
     base, sample, shared_blocks = seq.content_key, seq.sample, seq.content_prompt_tokens // block_size
-    for index in range(len(keys), tokens // block_size):
-        keys.append((*base, index) if sample == 0 or index < shared_blocks else (*base, "s", sample, index))
+    # one comprehension (admission names every prompt block): sample 0 and shared blocks by index only
+    if sample == 0:
+        keys.extend([(*base, index) for index in range(len(keys), tokens // block_size)])
+    else:
+        keys.extend(
+            [
+                (*base, index) if index < shared_blocks else (*base, "s", sample, index)
+                for index in range(len(keys), tokens // block_size)
+            ]
+        )
     return keys
+
+
+def extended_block_keys(
+    seq: SeqSpec, block_size: int, num_tokens: int, prompt_keys: tuple[Hashable, ...]
+) -> tuple[Hashable, ...]:
+    """`sequence_block_keys(seq, block_size, num_tokens)`, given the prompt's keys (the default call).
+
+    Why: a released sequence names its filled blocks (prompt and generated); its prompt's keys were
+    computed at admission (and are cached), so only the generated blocks' keys are new. The same
+    keys: without a content key the named blocks all lie in the prompt; with one, the prompt's keys
+    are one per full prompt block and later blocks follow the same rule as in `sequence_block_keys`.
+    """
+    full = num_tokens // block_size
+    if seq.content_key is None or full <= len(prompt_keys):
+        return prompt_keys[:full]
+    base, sample, shared_blocks = seq.content_key, seq.sample, seq.content_prompt_tokens // block_size
+    return prompt_keys + tuple(
+        [
+            (*base, index) if sample == 0 or index < shared_blocks else (*base, "s", sample, index)
+            for index in range(len(prompt_keys), full)
+        ]
+    )
 
 
 def named_segments(seq: SeqSpec) -> list[tuple[int, int, tuple[Hashable, ...]]]:

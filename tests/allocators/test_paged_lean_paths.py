@@ -117,3 +117,74 @@ def test_scalar_grow_of_few_sequences_agrees_with_the_vectorised_tiers(seed: int
             runs.append(trace)
     assert runs[0] == runs[1]
     assert any(failed for failed, _ in runs[0])  # the cache ran out: the general rule's failures agree
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+@pytest.mark.parametrize("caching", [False, True])
+def test_single_sequence_chunk_grow_agrees_with_the_general_rule(seed: int, caching: bool) -> None:
+    """`_grow_single` (one sequence, more than a block: a prefill chunk) against `_grow_general`.
+
+    Chunks of 1..5 blocks' worth of tokens, in a cache that runs out of blocks and under
+    max_model_len, with prefix caching on or off (cached blocks evicted when popped): the failures
+    returned and the whole state must be equal after every call.
+    """
+    rng = np.random.default_rng(seed)
+    base = PagedAllocator(
+        "paged", 60 * BLOCK_SIZE, BLOCK_SIZE, enable_prefix_caching=caching, max_model_len=500
+    )
+    for seq_id in range(6):
+        output = int(rng.integers(5, 150))
+        spec = SeqSpec(
+            seq_id, int(rng.integers(1, 120)), output, output, prefix_group=seq_id % 2, prefix_tokens=40
+        )
+        assert base.admit(spec)
+    base.release(5)  # leaves cached blocks (with caching) to evict
+    calls = [(int(rng.integers(0, 5)), int(rng.integers(BLOCK_SIZE + 1, 5 * BLOCK_SIZE))) for _ in range(40)]
+    single, general = copy.deepcopy(base), copy.deepcopy(base)
+    outcomes = []
+    for seq_id, tokens in calls:
+        failed = single.grow(np.array([seq_id], dtype=np.int64), tokens)
+        expected = general._grow_general(np.array([seq_id], dtype=np.int64), tokens)
+        assert failed.tolist() == expected.tolist()
+        assert _state(single) == _state(general)
+        outcomes.append(bool(failed.size))
+    assert any(outcomes) and not all(outcomes)  # both growth and failure were exercised
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+@pytest.mark.parametrize("caching", [False, True])
+def test_multi_block_growth_agrees_with_the_general_rule(seed: int, caching: bool) -> None:
+    """grow() by more than a block on several sequences (a decode jump) against `_grow_general`.
+
+    Random groups grow by 17..39 tokens in a cache that runs out of blocks, under max_model_len and
+    past final lengths, with a fork's pending copy-on-write: failures and state equal after every call.
+    """
+    rng = np.random.default_rng(seed)
+    base = PagedAllocator(
+        "paged", 300 * BLOCK_SIZE, BLOCK_SIZE, enable_prefix_caching=caching, max_model_len=1200
+    )
+    for seq_id in range(10):
+        output = int(rng.integers(200, 1500))  # most stay below their final length a while
+        spec = SeqSpec(
+            seq_id, int(rng.integers(1, 120)), output, output, prefix_group=seq_id % 2, prefix_tokens=40
+        )
+        assert base.admit(spec)
+    assert base.fork(0, SeqSpec(10, 1, 1000, 1000))
+    base.release(9)
+    live = [seq_id for seq_id in range(11) if seq_id != 9]
+    calls = [
+        (
+            rng.permutation(live)[: int(rng.integers(2, 11))].astype(np.int64),
+            int(rng.integers(BLOCK_SIZE + 1, 80)),
+        )
+        for _ in range(40)
+    ]
+    lean, general = copy.deepcopy(base), copy.deepcopy(base)
+    outcomes = []
+    for ids, tokens in calls:
+        failed = lean.grow(ids, tokens)
+        expected = general._grow_general(ids, tokens)
+        assert failed.tolist() == expected.tolist()
+        assert _state(lean) == _state(general)
+        outcomes.append(bool(failed.size))
+    assert any(outcomes) and not all(outcomes)
