@@ -30,9 +30,9 @@ import numpy as np
 import pandas as pd
 import simpy
 
-from allocators.base import Allocator, Layout
+from allocators.base import Allocator, Layout, MemoryBreakdown
 from sim.core.arrivals import ArrivalSource
-from sim.core.metrics import RequestLog, StepRecorder, StepRow, TimeIntegrals
+from sim.core.metrics import RECORD_ORDER, RequestLog, StepRecorder, TimeIntegrals
 from sim.core.offload import OffloadLedger
 from sim.core.policy import ContinuousBatchingPolicy, SchedulePolicy
 from sim.core.protocols import StepCostModel
@@ -45,6 +45,23 @@ REQUIRED_COLUMNS: tuple[str, ...] = (
     "output_tokens",
     "max_tokens",
 )
+
+# The step records `Engine._serve` builds by position: these names, then the turn's MemoryBreakdown
+# (metrics.RECORD_ORDER); checked once here so that the two orders cannot drift apart.
+_RECORD_HEAD: tuple[str, ...] = (
+    "time_s",
+    "duration_s",
+    "step",
+    "batch_size",
+    "num_running",
+    "queue_length",
+    "prefill_tokens",
+    "decode_tokens",
+    "iterations",
+    "generated_tokens",
+)
+if RECORD_ORDER != (*_RECORD_HEAD, *MemoryBreakdown._fields):
+    raise AssertionError("Engine._serve's step records no longer follow metrics.RECORD_ORDER")
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,7 +180,7 @@ class Engine:
     # -- SimPy processes -----------------------------------------------------------------------------------
 
     def _release_due(self, now_s: float) -> None:
-        if self.source.peek_s() > now_s:  # the common case: nothing due (every turn asks)
+        if self.source.next_s > now_s:  # the common case: nothing due
             return
         enqueue = self.sched.enqueue
         for arrival_s, req in self.source.pop_due(now_s):
@@ -181,7 +198,7 @@ class Engine:
             # closed loop), so the sleep is never interrupted and needs none of the bookkeeping below.
             enqueue = self.sched.enqueue
             while not source.exhausted:
-                next_s = source.peek_s()
+                next_s = source.next_s
                 if next_s > env.now:
                     yield env.timeout(next_s - env.now)
                 for arrival_s, req in source.pop_due(env.now):
@@ -189,7 +206,7 @@ class Engine:
                 self._wake_server()
             return
         while not source.exhausted:
-            next_s = source.peek_s()
+            next_s = source.next_s
             if next_s == math.inf:  # closed loop: nobody sends until a request ends
                 self._arrival_sleep = (self._arrivals_proc, math.inf)
                 try:
@@ -226,9 +243,11 @@ class Engine:
         # are step functions of growth (blocks, pages); None (the default) when they change linearly.
         exact_integral = alloc.breakdown_integral
         offload = self.offload
+        source = self.source
         while True:
             now = env.now
-            self._release_due(now)
+            if source.next_s <= now:  # an arrival is due (most turns have none: no call)
+                self._release_due(now)
             plan = sched.schedule(now)
             moves_kv = offload is not None and offload.take()  # KV to or from the CPU tier this turn
             if sched.num_seqs == 0:
@@ -289,28 +308,21 @@ class Engine:
             if offload is not None:
                 offload.hold(duration)
             if recorder.seen % recorder.stride == 0:
-                recorder.offer(
-                    now,
-                    duration,
-                    StepRow(
-                        step=it0,
-                        batch_size=n_dec + len(plan.chunks),
-                        num_running=num_seqs,
-                        queue_length=sched.queue_length,
-                        prefill_tokens=plan.prefill_tokens,
-                        decode_tokens=n_dec * iterations,
-                        capacity=first.capacity,
-                        token_states=first.token_states,
-                        reservation=first.reservation,
-                        internal=first.internal,
-                        external=first.external,
-                        duplicated=first.duplicated,
-                        free=first.free,
-                        cached=first.cached,
-                        iterations=iterations,
-                        generated_tokens=n_dec * iterations + plan.first_tokens,
-                        out_of_window=first.out_of_window,
-                    ),
+                # a flat record in metrics.RECORD_ORDER: the step's own numbers, then its breakdown
+                recorder.offer_record(
+                    (
+                        now,
+                        duration,
+                        it0,  # step
+                        n_dec + len(plan.chunks),  # batch_size
+                        num_seqs,  # num_running
+                        len(sched.waiting) + len(sched.swapped),  # queue_length
+                        plan.prefill_tokens,
+                        n_dec * iterations,  # decode_tokens
+                        iterations,
+                        n_dec * iterations + plan.first_tokens,  # generated_tokens
+                    )
+                    + first
                 )
             else:
                 recorder.skip()
@@ -344,7 +356,7 @@ class Engine:
         if not sched.waiting and not sched.swapped:
             # Nobody waits, so the next arrival would be admitted; with a blocked head of queue,
             # arrivals change nothing until something is released (a finish, which bounds k anyway).
-            gap_s = self.source.peek_s() - now
+            gap_s = self.source.next_s - now
             first_s = self.cost.step_time_s(0, n_dec, ctx0)
             if first_s > 0 and gap_s < math.inf:  # durations never shrink: T(i) >= i * first_s
                 limit = min(limit, int(gap_s / first_s) + 1)
@@ -354,15 +366,12 @@ class Engine:
         limit = min(limit, 1 + grow)
         if limit <= 1:
             return 1, None
-        durations = self.cost.decode_step_durations_s(n_dec, ctx0, limit)
         if gap_s < math.inf:
             # Iteration i (i >= 1) starts at T(i) = sum(durations[:i]); it is decode-only if T(i) < gap.
-            starts = durations[:-1].cumsum()  # methods, not np.cumsum/np.searchsorted: no wrapper per turn
-            limit = 1 + int(starts.searchsorted(gap_s, side="left"))
+            limit = self.cost.decode_steps_starting_before(n_dec, ctx0, limit, gap_s)
             if limit <= 1:
                 return 1, None
-            durations = durations[:limit]
-        return limit, durations
+        return limit, self.cost.decode_step_durations_s(n_dec, ctx0, limit)
 
     def _export_layout(self, step: int, now: float, n_dec: int, ctx0: int, step_s: float) -> None:
         kv_read_s = math.nan

@@ -553,35 +553,39 @@ class Scheduler:
             self.it += iterations
             log.total_generated_tokens += len(self.decode) * iterations
         it = self.it
-        # Prefill chunks: groups that completed sample their first token now.
-        completed: list[PrefillGroup] = []
-        for group, chunk in plan.chunks:  # (none in a decode-only step)
-            group.compute_left -= chunk
-            group.context_tokens += chunk
-            log.total_prefill_tokens += chunk
-            if group.item.readmission:
-                log.recomputed_tokens[group.item.req] += chunk
-            if group.compute_left == 0:
-                completed.append(group)
+        # Prefill chunks: groups that completed sample their first token now (none in a decode-only step).
+        completed: list[PrefillGroup] | None = None
+        if plan.chunks:
+            completed = []
+            for group, chunk in plan.chunks:
+                group.compute_left -= chunk
+                group.context_tokens += chunk
+                log.total_prefill_tokens += chunk
+                if group.item.readmission:
+                    log.recomputed_tokens[group.item.req] += chunk
+                if group.compute_left == 0:
+                    completed.append(group)
         # Decode sequences whose last token was sampled in this iteration.
-        heap, decode = self.finish_heap, self.decode
-        while decoded and heap and heap[0][0] <= it:
-            finish_it, stamp, seq_id = heapq.heappop(heap)
-            rec = decode.get(seq_id)
-            if rec is None or rec[_STAMP] != stamp:
-                continue
-            self._stop_decode(seq_id)
-            self._finish_sample(rec[_REQ], rec[_EM_OFF] + it, FINISH_STOP, now_s)
-        # the sequences that start decoding now, in the order they join `decode` (no scan of the batch)
-        started: list[int] = []
+        heap = self.finish_heap
+        if decoded and heap and heap[0][0] <= it:
+            decode = self.decode
+            while heap and heap[0][0] <= it:
+                finish_it, stamp, seq_id = heapq.heappop(heap)
+                rec = decode.get(seq_id)
+                if rec is None or rec[_STAMP] != stamp:
+                    continue
+                self._stop_decode(seq_id)
+                self._finish_sample(rec[_REQ], rec[_EM_OFF] + it, FINISH_STOP, now_s)
         if completed:
+            # the sequences that start decoding now, in the order they join `decode` (no scan of the batch)
+            started: list[int] = []
             self.prefilling = [g for g in self.prefilling if g.compute_left > 0]
             for group in completed:
                 self._complete_prefill(group, now_s, started)
+            if not decoded and started:
+                self._grow_one(now_s, np.asarray(started, dtype=np.int64))
         if decoded:
             self._grow_one(now_s)
-        elif started:
-            self._grow_one(now_s, np.asarray(started, dtype=np.int64))
 
     def _complete_prefill(self, group: PrefillGroup, now_s: float, started: list[int] | None = None) -> None:
         """A group's prompt is done: each sample emits its first token; appends to `started` the
