@@ -64,6 +64,25 @@ if RECORD_ORDER != (*_RECORD_HEAD, *MemoryBreakdown._fields):
     raise AssertionError("Engine._serve's step records no longer follow metrics.RECORD_ORDER")
 
 
+class EngineClock(simpy.Environment):
+    """A SimPy environment whose clock the serving loop may move itself while nothing else is due.
+
+    Why: a serving turn whose end comes before every other scheduled event (the next arrival's
+    wake-up, a closed-loop push) would be one timeout that SimPy schedules, pops and resumes for
+    nothing: no other process can run in between. `advance_to` moves the clock to the turn's end
+    instead, to the same float SimPy would have computed (`now + duration`), and refuses whenever
+    another event is due at or before it, so that SimPy still orders every interaction (issue 24).
+    Its one assumption about SimPy: the clock is `Environment._now` (SimPy 4: `now`, `schedule`).
+    """
+
+    def advance_to(self, at_s: float) -> bool:
+        """Move the clock to `at_s` (>= now) if no event is scheduled at or before it; True if moved."""
+        if self.peek() <= at_s:
+            return False
+        self._now = at_s
+        return True
+
+
 @dataclass(frozen=True, slots=True)
 class EngineConfig:
     """Engine knobs (vLLM names) plus how much to record. Built from a Scenario by sim.api."""
@@ -148,7 +167,7 @@ class Engine:
         self.config = config
         self.progress = progress
         self.kv_read_time_s = kv_read_time_s
-        self.env = simpy.Environment()
+        self.env = EngineClock()
         self.log = RequestLog(len(requests))
         self.source = ArrivalSource(requests)
         self.sched = Scheduler(
@@ -244,6 +263,7 @@ class Engine:
         exact_integral = alloc.breakdown_integral
         offload = self.offload
         source = self.source
+        advance_to = env.advance_to
         while True:
             now = env.now
             if source.next_s <= now:  # an arrival is due (most turns have none: no call)
@@ -331,7 +351,8 @@ class Engine:
                 self._next_export = (it0 // export_every + 1) * export_every
             if progress_every and self.progress is not None and self.turns % progress_every == 0:
                 self.progress(now, self.log.num_done, len(self.requests))
-            if duration > 0:
+            # the step's end: without SimPy when no other event comes first (EngineClock.advance_to)
+            if duration > 0 and not advance_to(now + duration):
                 yield env.timeout(duration)
             sched.complete(iterations, plan, env.now)
 

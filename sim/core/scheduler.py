@@ -308,7 +308,8 @@ class Scheduler:
     def decode_ids(self) -> np.ndarray:
         """Ids of decoding sequences as an array (cached until the set changes)."""
         if self._ids_cache is None:
-            self._ids_cache = np.fromiter(self.decode.keys(), dtype=np.int64, count=len(self.decode))
+            # the dict iterated directly (its keys, in order): no keys view built per call
+            self._ids_cache = np.fromiter(self.decode, dtype=np.int64, count=len(self.decode))
         return self._ids_cache
 
     @property
