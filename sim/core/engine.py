@@ -14,6 +14,11 @@ iteration is finished like a normal step (finishers released, survivors grown, f
 `EngineConfig(multi_step=False)` steps one iteration at a time through the same code; a test checks
 both give the same tables.
 
+Nor does a turn need a SimPy event of its own when nothing else can happen before it ends: the
+server moves the clock itself then (`EngineClock.advance_to`), and in an open loop, where the
+arrival process's wake-ups are known in advance, the server takes them itself at the point SimPy
+would have run them (`_arrival_wake_up`; a test checks it against the SimPy process, ties included).
+
 The engine sees requests, an allocator (Protocol in allocators/base.py) and a cost model; it does
 not import the scenario, so tests can drive it with small fakes.
 """
@@ -159,7 +164,10 @@ class Engine:
         *,
         progress: Callable[[float, int, int], None] | None = None,
         kv_read_time_s: Callable[[int, int], float] | None = None,
+        emulate_open_loop: bool = True,
     ) -> None:
+        """`emulate_open_loop=False` runs an open loop's arrival process as a SimPy process of its own,
+        the reference that the server's emulation of it (`_arrival_wake_up`) is tested against."""
         validate_requests(requests)
         self.requests = requests
         self.alloc = allocator
@@ -170,6 +178,8 @@ class Engine:
         self.env = EngineClock()
         self.log = RequestLog(len(requests))
         self.source = ArrivalSource(requests)
+        # open loop: the server takes the arrival process's wake-ups itself (`_arrival_start`)
+        self.own_arrivals = emulate_open_loop and not self.source.closed
         self.sched = Scheduler(
             # the allocator says whether its cache needs every request's tokens named (prefix caching)
             RequestInfo(requests, config.max_model_len, allocator.content_identity),
@@ -192,6 +202,7 @@ class Engine:
         self._arrival_sleep: tuple[simpy.Process, float] | None = None
         self.source.on_push = self._on_push
         self._arrivals_proc: simpy.Process | None = None
+        self._arrival_wake_s = math.inf  # the emulated open-loop arrival process's next wake-up
         self._next_export = 0  # iteration at which the next layout snapshot is due
         # the allocator's CPU tier, if it has one: PCIe time per step and occupancy (sim/core/offload.py)
         self.offload = None if allocator.cpu_tier is None else OffloadLedger(allocator.cpu_tier)
@@ -245,6 +256,48 @@ class Engine:
             self._release_due(env.now)
             self._wake_server()
 
+    def _arrival_start(self) -> None:
+        """The open-loop arrival process (`_arrivals`) as it starts at time 0, before the server.
+
+        Why emulated: in an open loop nothing but the server interacts with the arrival process, and
+        its wake-ups are known in advance (the table's times), so the server takes each one itself,
+        at the point of its own loop where SimPy would have run it, instead of paying a SimPy event
+        per arrival and per step (issue 24). What a wake-up does, and when, is unchanged: it releases
+        the requests due at its own clock (whose allocator-dependent admission checks see the same
+        state as before) and wakes an idle server; the clock lands on the same floats.
+        """
+        source = self.source
+        self._arrival_wake_s = math.inf
+        if source.exhausted:
+            return
+        if source.next_s > 0.0:
+            self._arrival_wake_s = 0.0 + (source.next_s - 0.0)  # `env.timeout(next_s - env.now)` at 0
+        else:
+            self._arrival_wake_s = 0.0
+            self._arrival_wake_up()
+
+    def _arrival_wake_up(self, idle: bool = False) -> None:
+        """One wake-up of the emulated open-loop arrival process at `_arrival_wake_s`: release what is
+        due at its clock, then sleep until the next arrival (`_arrivals`, open loop, step by step).
+
+        `idle`: the server is asleep waiting for it, and wakes at that time (SimPy runs the server
+        after the arrival process, at the same time).
+        """
+        at_s = self._arrival_wake_s
+        if at_s == math.inf:  # SimPy's own complaint when the server would wait forever
+            raise RuntimeError('No scheduled events left but "until" event was not triggered')
+        if idle and not self.env.advance_to(at_s):
+            raise AssertionError("an open-loop engine has no other SimPy events")
+        source = self.source
+        if source.next_s <= at_s:
+            enqueue = self.sched.enqueue
+            for arrival_s, req in source.pop_due(at_s):
+                enqueue(req, arrival_s)
+        if source.exhausted:
+            self._arrival_wake_s = math.inf
+        else:  # next_s > at_s: everything due was released just now
+            self._arrival_wake_s = at_s + (source.next_s - at_s)
+
     def _on_push(self, at_s: float) -> None:
         sleeping = self._arrival_sleep
         if sleeping is not None and at_s < sleeping[1] and sleeping[0] is not None and sleeping[0].is_alive:
@@ -264,6 +317,9 @@ class Engine:
         offload = self.offload
         source = self.source
         advance_to = env.advance_to
+        own_arrivals = self.own_arrivals
+        if own_arrivals:
+            self._arrival_start()
         while True:
             now = env.now
             if source.next_s <= now:  # an arrival is due (most turns have none: no call)
@@ -273,14 +329,17 @@ class Engine:
             if sched.num_seqs == 0:
                 if self.source.exhausted and sched.idle:
                     return
-                self._idle = env.event()
                 # Idle time is part of the taxonomy's span (docs/metrics.md): the memory as the
                 # allocator holds it while nothing runs (free, and any cached prefix blocks).
                 idle_parts = alloc.breakdown(
                     sched.next_demand_tokens() if sched.waiting or sched.swapped else 0
                 )
-                yield self._idle
-                self._idle = None
+                if own_arrivals:  # asleep until the arrival process's next wake-up, which wakes it
+                    self._arrival_wake_up(idle=True)
+                else:
+                    self._idle = env.event()
+                    yield self._idle
+                    self._idle = None
                 integrals.add_constant(idle_parts, env.now - now)
                 if offload is not None:
                     offload.drop()
@@ -351,9 +410,18 @@ class Engine:
                 self._next_export = (it0 // export_every + 1) * export_every
             if progress_every and self.progress is not None and self.turns % progress_every == 0:
                 self.progress(now, self.log.num_done, len(self.requests))
-            # the step's end: without SimPy when no other event comes first (EngineClock.advance_to)
-            if duration > 0 and not advance_to(now + duration):
-                yield env.timeout(duration)
+            if duration > 0:
+                end = now + duration  # the float SimPy's timeout would land on
+                if own_arrivals:
+                    # The arrival process's wake-ups during the step, in SimPy's order: before its
+                    # end, or at its end when scheduled before the step's timeout was (`_arrival_wake_up`).
+                    wake_s, late = self._arrival_wake_s, False
+                    while wake_s < end or (wake_s == end and not late):
+                        self._arrival_wake_up()
+                        wake_s, late = self._arrival_wake_s, True
+                    advance_to(end)
+                elif not advance_to(end):  # without SimPy when no other event comes first
+                    yield env.timeout(duration)
             sched.complete(iterations, plan, env.now)
 
     def _jump_length(self, now: float, n_dec: int, ctx0: int) -> tuple[int, np.ndarray | None]:
@@ -405,7 +473,8 @@ class Engine:
     def run(self) -> EngineResult:
         wall_start = time.perf_counter()
         env = self.env
-        self._arrivals_proc = env.process(self._arrivals())
+        if not self.own_arrivals:  # else the arrival process runs inside the server (`_arrival_wake_up`)
+            self._arrivals_proc = env.process(self._arrivals())
         server = env.process(self._serve())
         env.run(until=server)
         wall_s = time.perf_counter() - wall_start
