@@ -87,6 +87,12 @@ class EngineClock(simpy.Environment):
         self._now = at_s
         return True
 
+    def move_to(self, at_s: float) -> None:
+        """Move the clock to `at_s` (>= now), unchecked: for a caller that schedules no SimPy events at
+        all (the server of an open loop, `Engine._arrival_wake_up`), where `advance_to`'s look at the
+        queue is a call per turn for nothing."""
+        self._now = at_s
+
 
 @dataclass(frozen=True, slots=True)
 class EngineConfig:
@@ -316,7 +322,7 @@ class Engine:
         exact_integral = alloc.breakdown_integral
         offload = self.offload
         source = self.source
-        advance_to = env.advance_to
+        advance_to, move_to = env.advance_to, env.move_to
         own_arrivals = self.own_arrivals
         if own_arrivals:
             self._arrival_start()
@@ -419,7 +425,7 @@ class Engine:
                     while wake_s < end or (wake_s == end and not late):
                         self._arrival_wake_up()
                         wake_s, late = self._arrival_wake_s, True
-                    advance_to(end)
+                    move_to(end)
                 elif not advance_to(end):  # without SimPy when no other event comes first
                     yield env.timeout(duration)
             sched.complete(iterations, plan, env.now)
