@@ -517,17 +517,17 @@ class CostModel:
         if k <= 0 or num_decode_seqs <= 0:
             return np.zeros(max(0, k), dtype=np.float64)
         steps = _float_arange(k)
-        pieces = [
-            piece
-            for piece in self._decode_pieces(num_decode_seqs, context_tokens_sum, k)
-            if piece[1] > piece[0]
-        ]
-        if len(pieces) == 1:  # one side (compute or memory) wins every step: one vectorised line
-            _, _, intercept, slope = pieces[0]
-            return intercept + slope * steps
+        # `_decode_pieces`' two ranges, read from the lines directly (no list per jump)
+        split, intercept_a, slope_a, intercept_b, slope_b = self._decode_lines(
+            num_decode_seqs, context_tokens_sum
+        )
+        if split >= k:  # one side (compute or memory) wins every step: one vectorised line
+            return intercept_a + slope_a * steps
+        if split <= 0:
+            return intercept_b + slope_b * steps
         durations = np.zeros(k, dtype=np.float64)
-        for lo, hi, intercept, slope in pieces:
-            durations[lo:hi] = intercept + slope * steps[lo:hi]
+        durations[:split] = intercept_a + slope_a * steps[:split]
+        durations[split:] = intercept_b + slope_b * steps[split:]
         return durations
 
     def decode_steps_starting_before(
@@ -545,16 +545,20 @@ class CostModel:
             starts = self.decode_step_durations_s(num_decode_seqs, context_tokens_sum, k)[:-1].cumsum()
             return 1 + int(starts.searchsorted(gap_s, side="left"))
         if k <= 0 or num_decode_seqs <= 0:
-            pieces = [(0, max(0, k), 0.0, 0.0)]
+            split, intercept_a, slope_a, intercept_b, slope_b = _NO_SPLIT, 0.0, 0.0, 0.0, 0.0
         else:
-            pieces = self._decode_pieces(num_decode_seqs, context_tokens_sum, k)
+            split, intercept_a, slope_a, intercept_b, slope_b = self._decode_lines(
+                num_decode_seqs, context_tokens_sum
+            )
         count, start_s, last = 1, 0.0, k - 1  # steps 0..k-2 end where steps 1..k-1 start
-        for lo, hi, intercept, slope in pieces:
-            for i in range(lo, hi if hi < last else last):
-                start_s += intercept + slope * i  # decode_step_durations_s's float, then cumsum's
-                if start_s >= gap_s:
-                    return count
-                count += 1
+        for i in range(last):
+            if i < split:  # decode_step_durations_s's float, then cumsum's
+                start_s += intercept_a + slope_a * i
+            else:
+                start_s += intercept_b + slope_b * i
+            if start_s >= gap_s:
+                return count
+            count += 1
         return count
 
     def describe(self) -> dict[str, Any]:
