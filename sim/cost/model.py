@@ -456,25 +456,14 @@ class CostModel:
 
     # -- k decode-only steps at once ------------------------------------------------------------------------
 
-    def _decode_pieces(
-        self, num_decode_seqs: int, context_tokens_sum: int, k: int
-    ) -> list[tuple[int, int, float, float]]:
-        """Step i of k (context sum C0 + i x n) lasts intercept + slope x i on each range [lo, hi).
-
-        Everything but attention depends on the batch only (n sequences, n tokens): a constant. The
-        attention is the max of two lines in i, split at their crossing (`_decode_lines`).
-        """
-        split, intercept_a, slope_a, intercept_b, slope_b = self._decode_lines(
-            num_decode_seqs, context_tokens_sum
-        )
-        split = min(k, split)
-        return [(0, split, intercept_a, slope_a), (split, k, intercept_b, slope_b)]
-
     def _decode_lines(
         self, num_decode_seqs: int, context_tokens_sum: int
     ) -> tuple[int, float, float, float, float]:
         """(split, intercept, slope before it, intercept, slope from it on) of the decode steps from
-        context sum C0, the split not cut to any k; memoised for the last (n, C0) asked.
+        context sum C0 (step i has context C0 + i x n), the split not cut to any k; memoised for the
+        last (n, C0) asked. Everything but attention depends on the batch only (n sequences, n
+        tokens): a constant; the attention is the max of two lines in i (FLOPs, KV read), split at
+        their crossing.
 
         Why a memo of one: a jump asks twice for the same batch and context (where the next arrival
         cuts it, then the durations of the steps it takes), and never again after (issue 24).
@@ -517,7 +506,7 @@ class CostModel:
         if k <= 0 or num_decode_seqs <= 0:
             return np.zeros(max(0, k), dtype=np.float64)
         steps = _float_arange(k)
-        # `_decode_pieces`' two ranges, read from the lines directly (no list per jump)
+        # step i of k lasts intercept + slope x i: the first line before the split, the second from it
         split, intercept_a, slope_a, intercept_b, slope_b = self._decode_lines(
             num_decode_seqs, context_tokens_sum
         )
