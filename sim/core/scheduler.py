@@ -74,6 +74,24 @@ class PrefillGroup:
         self.per_chunk = False  # the allocator holds only what has been scheduled (grown per chunk)
 
 
+# `RequestInfo.spec` builds SeqSpecs by position, in this order.
+_SPEC_FIELDS: tuple[str, ...] = (
+    "seq_id",
+    "prompt_tokens",
+    "max_tokens",
+    "output_tokens",
+    "prefix_group",
+    "prefix_tokens",
+    "block_hashes",
+    "block_hash_tokens",
+    "content_key",
+    "content_prompt_tokens",
+    "sample",
+    "first_chunk_tokens",
+)
+if SeqSpec._fields != _SPEC_FIELDS:
+    raise AssertionError(f"RequestInfo.spec builds SeqSpec by position: its fields are now {SeqSpec._fields}")
+
 # Decode record: a list for cheap field access. Indices:
 _REQ, _SAMPLE, _EM_OFF, _KV_OFF, _TARGET, _STAMP = range(6)
 
@@ -155,19 +173,22 @@ class RequestInfo:
         A resumed sample (recompute or swap) looks like a new sequence whose prompt includes
         what it generated, with correspondingly fewer tokens to go.
         """
+        prompt = self.prompt_tokens[req]
+        # by position, in _SPEC_FIELDS order (checked at import): a quarter of a microsecond less than by
+        # keyword, twice per request
         return SeqSpec(
-            seq_id=seq_id,
-            prompt_tokens=self.prompt_tokens[req] + emitted,
-            max_tokens=self.max_tokens_eff[req] - emitted,
-            output_tokens=self.output_tokens[req] - emitted,
-            prefix_group=self.prefix_group[req],
-            prefix_tokens=self.prefix_tokens[req],
-            block_hashes=self.block_hashes[req] if self.has_block_hashes else (),
-            block_hash_tokens=self.block_hash_tokens,
-            content_key=self.content_keys[req],
-            content_prompt_tokens=self.prompt_tokens[req],
-            sample=sample,
-            first_chunk_tokens=first_chunk,
+            seq_id,
+            prompt + emitted,  # prompt_tokens
+            self.max_tokens_eff[req] - emitted,  # max_tokens
+            self.output_tokens[req] - emitted,  # output_tokens
+            self.prefix_group[req],
+            self.prefix_tokens[req],
+            self.block_hashes[req] if self.has_block_hashes else (),
+            self.block_hash_tokens,
+            self.content_keys[req],  # content_key
+            prompt,  # content_prompt_tokens
+            sample,
+            first_chunk,  # first_chunk_tokens
         )
 
 
