@@ -264,6 +264,12 @@ class LinearCost:
         c = self.per_context_token_s
         return self.base_s + c * (context_tokens_sum + num_decode_seqs * np.arange(k, dtype=np.float64))
 
+    def decode_steps_starting_before(
+        self, num_decode_seqs: int, context_tokens_sum: int, k: int, gap_s: float
+    ) -> int:
+        starts = self.decode_step_durations_s(num_decode_seqs, context_tokens_sum, k)[:-1].cumsum()
+        return 1 + int(starts.searchsorted(gap_s, side="left"))
+
     def swap_time_s(self, tokens: int) -> float:
         return max(0, tokens) * self.per_swap_token_s
 

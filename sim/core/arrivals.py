@@ -43,12 +43,20 @@ class ArrivalSource:
             self._times = memoryview(np.ascontiguousarray(requests["arrival_s"].to_numpy(np.float64)))
             self._ptr = 0
         self.on_push: Callable[[float], None] | None = None
+        # Time of the next arrival not yet released (inf when none is pending), kept up to date by every
+        # pop and push: the engine reads it on every turn, and an attribute read costs a fraction of a call.
+        self.next_s = math.inf
+        self._update_next()
+
+    def _update_next(self) -> None:
+        if self.closed:
+            self.next_s = self._heap[0][0] if self._heap else math.inf
+        else:
+            self.next_s = self._times[self._ptr] if self._ptr < self.num_requests else math.inf
 
     def peek_s(self) -> float:
-        """Time of the next arrival not yet released (inf when none is pending)."""
-        if self.closed:
-            return self._heap[0][0] if self._heap else math.inf
-        return self._times[self._ptr] if self._ptr < self.num_requests else math.inf
+        """Time of the next arrival not yet released (inf when none is pending): `next_s`."""
+        return self.next_s
 
     def pop_due(self, now_s: float) -> list[tuple[float, int]]:
         """Remove and return every (arrival_s, request) with arrival_s <= now_s, in order."""
@@ -57,12 +65,14 @@ class ArrivalSource:
             heap = self._heap
             while heap and heap[0][0] <= now_s:
                 due.append(heapq.heappop(heap))
+            self.next_s = heap[0][0] if heap else math.inf
             return due
         times, ptr = self._times, self._ptr
         while ptr < self.num_requests and times[ptr] <= now_s:
             due.append((times[ptr], ptr))
             ptr += 1
         self._ptr = ptr
+        self.next_s = times[ptr] if ptr < self.num_requests else math.inf
         return due
 
     def _init_sessions(self, requests: pd.DataFrame) -> None:
@@ -98,6 +108,7 @@ class ArrivalSource:
             if nxt >= 0:
                 at_s = now_s + self._think_s[nxt]
                 heapq.heappush(self._heap, (at_s, nxt))
+                self.next_s = self._heap[0][0]
                 self._next_unsent += 1
                 if self.on_push is not None:
                     self.on_push(at_s)
@@ -106,6 +117,7 @@ class ArrivalSource:
             return
         at_s = now_s + self.think_s
         heapq.heappush(self._heap, (at_s, self._next_unsent))
+        self.next_s = self._heap[0][0]
         self._next_unsent += 1
         if self.on_push is not None:
             self.on_push(at_s)

@@ -14,6 +14,11 @@ iteration is finished like a normal step (finishers released, survivors grown, f
 `EngineConfig(multi_step=False)` steps one iteration at a time through the same code; a test checks
 both give the same tables.
 
+Nor does a turn need a SimPy event of its own when nothing else can happen before it ends: the
+server moves the clock itself then (`EngineClock.advance_to`), and in an open loop, where the
+arrival process's wake-ups are known in advance, the server takes them itself at the point SimPy
+would have run them (`_arrival_wake_up`; a test checks it against the SimPy process, ties included).
+
 The engine sees requests, an allocator (Protocol in allocators/base.py) and a cost model; it does
 not import the scenario, so tests can drive it with small fakes.
 """
@@ -30,9 +35,9 @@ import numpy as np
 import pandas as pd
 import simpy
 
-from allocators.base import Allocator, Layout
+from allocators.base import Allocator, Layout, MemoryBreakdown
 from sim.core.arrivals import ArrivalSource
-from sim.core.metrics import RequestLog, StepRecorder, StepRow, TimeIntegrals
+from sim.core.metrics import RECORD_ORDER, RequestLog, StepRecorder, TimeIntegrals
 from sim.core.offload import OffloadLedger
 from sim.core.policy import ContinuousBatchingPolicy, SchedulePolicy
 from sim.core.protocols import StepCostModel
@@ -45,6 +50,48 @@ REQUIRED_COLUMNS: tuple[str, ...] = (
     "output_tokens",
     "max_tokens",
 )
+
+# The step records `Engine._serve` builds by position: these names, then the turn's MemoryBreakdown
+# (metrics.RECORD_ORDER); checked once here so that the two orders cannot drift apart.
+_RECORD_HEAD: tuple[str, ...] = (
+    "time_s",
+    "duration_s",
+    "step",
+    "batch_size",
+    "num_running",
+    "queue_length",
+    "prefill_tokens",
+    "decode_tokens",
+    "iterations",
+    "generated_tokens",
+)
+if RECORD_ORDER != (*_RECORD_HEAD, *MemoryBreakdown._fields):
+    raise AssertionError("Engine._serve's step records no longer follow metrics.RECORD_ORDER")
+
+
+class EngineClock(simpy.Environment):
+    """A SimPy environment whose clock the serving loop may move itself while nothing else is due.
+
+    Why: a serving turn whose end comes before every other scheduled event (the next arrival's
+    wake-up, a closed-loop push) would be one timeout that SimPy schedules, pops and resumes for
+    nothing: no other process can run in between. `advance_to` moves the clock to the turn's end
+    instead, to the same float SimPy would have computed (`now + duration`), and refuses whenever
+    another event is due at or before it, so that SimPy still orders every interaction (issue 24).
+    Its one assumption about SimPy: the clock is `Environment._now` (SimPy 4: `now`, `schedule`).
+    """
+
+    def advance_to(self, at_s: float) -> bool:
+        """Move the clock to `at_s` (>= now) if no event is scheduled at or before it; True if moved."""
+        if self.peek() <= at_s:
+            return False
+        self._now = at_s
+        return True
+
+    def move_to(self, at_s: float) -> None:
+        """Move the clock to `at_s` (>= now), unchecked: for a caller that schedules no SimPy events at
+        all (the server of an open loop, `Engine._arrival_wake_up`), where `advance_to`'s look at the
+        queue is a call per turn for nothing."""
+        self._now = at_s
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,7 +170,10 @@ class Engine:
         *,
         progress: Callable[[float, int, int], None] | None = None,
         kv_read_time_s: Callable[[int, int], float] | None = None,
+        emulate_open_loop: bool = True,
     ) -> None:
+        """`emulate_open_loop=False` runs an open loop's arrival process as a SimPy process of its own,
+        the reference that the server's emulation of it (`_arrival_wake_up`) is tested against."""
         validate_requests(requests)
         self.requests = requests
         self.alloc = allocator
@@ -131,9 +181,11 @@ class Engine:
         self.config = config
         self.progress = progress
         self.kv_read_time_s = kv_read_time_s
-        self.env = simpy.Environment()
+        self.env = EngineClock()
         self.log = RequestLog(len(requests))
         self.source = ArrivalSource(requests)
+        # open loop: the server takes the arrival process's wake-ups itself (`_arrival_start`)
+        self.own_arrivals = emulate_open_loop and not self.source.closed
         self.sched = Scheduler(
             # the allocator says whether its cache needs every request's tokens named (prefix caching)
             RequestInfo(requests, config.max_model_len, allocator.content_identity),
@@ -156,6 +208,7 @@ class Engine:
         self._arrival_sleep: tuple[simpy.Process, float] | None = None
         self.source.on_push = self._on_push
         self._arrivals_proc: simpy.Process | None = None
+        self._arrival_wake_s = math.inf  # the emulated open-loop arrival process's next wake-up
         self._next_export = 0  # iteration at which the next layout snapshot is due
         # the allocator's CPU tier, if it has one: PCIe time per step and occupancy (sim/core/offload.py)
         self.offload = None if allocator.cpu_tier is None else OffloadLedger(allocator.cpu_tier)
@@ -163,7 +216,7 @@ class Engine:
     # -- SimPy processes -----------------------------------------------------------------------------------
 
     def _release_due(self, now_s: float) -> None:
-        if self.source.peek_s() > now_s:  # the common case: nothing due (every turn asks)
+        if self.source.next_s > now_s:  # the common case: nothing due
             return
         enqueue = self.sched.enqueue
         for arrival_s, req in self.source.pop_due(now_s):
@@ -181,7 +234,7 @@ class Engine:
             # closed loop), so the sleep is never interrupted and needs none of the bookkeeping below.
             enqueue = self.sched.enqueue
             while not source.exhausted:
-                next_s = source.peek_s()
+                next_s = source.next_s
                 if next_s > env.now:
                     yield env.timeout(next_s - env.now)
                 for arrival_s, req in source.pop_due(env.now):
@@ -189,7 +242,7 @@ class Engine:
                 self._wake_server()
             return
         while not source.exhausted:
-            next_s = source.peek_s()
+            next_s = source.next_s
             if next_s == math.inf:  # closed loop: nobody sends until a request ends
                 self._arrival_sleep = (self._arrivals_proc, math.inf)
                 try:
@@ -209,6 +262,48 @@ class Engine:
             self._release_due(env.now)
             self._wake_server()
 
+    def _arrival_start(self) -> None:
+        """The open-loop arrival process (`_arrivals`) as it starts at time 0, before the server.
+
+        Why emulated: in an open loop nothing but the server interacts with the arrival process, and
+        its wake-ups are known in advance (the table's times), so the server takes each one itself,
+        at the point of its own loop where SimPy would have run it, instead of paying a SimPy event
+        per arrival and per step (issue 24). What a wake-up does, and when, is unchanged: it releases
+        the requests due at its own clock (whose allocator-dependent admission checks see the same
+        state as before) and wakes an idle server; the clock lands on the same floats.
+        """
+        source = self.source
+        self._arrival_wake_s = math.inf
+        if source.exhausted:
+            return
+        if source.next_s > 0.0:
+            self._arrival_wake_s = 0.0 + (source.next_s - 0.0)  # `env.timeout(next_s - env.now)` at 0
+        else:
+            self._arrival_wake_s = 0.0
+            self._arrival_wake_up()
+
+    def _arrival_wake_up(self, idle: bool = False) -> None:
+        """One wake-up of the emulated open-loop arrival process at `_arrival_wake_s`: release what is
+        due at its clock, then sleep until the next arrival (`_arrivals`, open loop, step by step).
+
+        `idle`: the server is asleep waiting for it, and wakes at that time (SimPy runs the server
+        after the arrival process, at the same time).
+        """
+        at_s = self._arrival_wake_s
+        if at_s == math.inf:  # SimPy's own complaint when the server would wait forever
+            raise RuntimeError('No scheduled events left but "until" event was not triggered')
+        if idle and not self.env.advance_to(at_s):
+            raise AssertionError("an open-loop engine has no other SimPy events")
+        source = self.source
+        if source.next_s <= at_s:
+            enqueue = self.sched.enqueue
+            for arrival_s, req in source.pop_due(at_s):
+                enqueue(req, arrival_s)
+        if source.exhausted:
+            self._arrival_wake_s = math.inf
+        else:  # next_s > at_s: everything due was released just now
+            self._arrival_wake_s = at_s + (source.next_s - at_s)
+
     def _on_push(self, at_s: float) -> None:
         sleeping = self._arrival_sleep
         if sleeping is not None and at_s < sleeping[1] and sleeping[0] is not None and sleeping[0].is_alive:
@@ -226,22 +321,31 @@ class Engine:
         # are step functions of growth (blocks, pages); None (the default) when they change linearly.
         exact_integral = alloc.breakdown_integral
         offload = self.offload
+        source = self.source
+        advance_to, move_to = env.advance_to, env.move_to
+        own_arrivals = self.own_arrivals
+        if own_arrivals:
+            self._arrival_start()
         while True:
             now = env.now
-            self._release_due(now)
+            if source.next_s <= now:  # an arrival is due (most turns have none: no call)
+                self._release_due(now)
             plan = sched.schedule(now)
             moves_kv = offload is not None and offload.take()  # KV to or from the CPU tier this turn
             if sched.num_seqs == 0:
                 if self.source.exhausted and sched.idle:
                     return
-                self._idle = env.event()
                 # Idle time is part of the taxonomy's span (docs/metrics.md): the memory as the
                 # allocator holds it while nothing runs (free, and any cached prefix blocks).
                 idle_parts = alloc.breakdown(
                     sched.next_demand_tokens() if sched.waiting or sched.swapped else 0
                 )
-                yield self._idle
-                self._idle = None
+                if own_arrivals:  # asleep until the arrival process's next wake-up, which wakes it
+                    self._arrival_wake_up(idle=True)
+                else:
+                    self._idle = env.event()
+                    yield self._idle
+                    self._idle = None
                 integrals.add_constant(idle_parts, env.now - now)
                 if offload is not None:
                     offload.drop()
@@ -289,28 +393,21 @@ class Engine:
             if offload is not None:
                 offload.hold(duration)
             if recorder.seen % recorder.stride == 0:
-                recorder.offer(
-                    now,
-                    duration,
-                    StepRow(
-                        step=it0,
-                        batch_size=n_dec + len(plan.chunks),
-                        num_running=num_seqs,
-                        queue_length=sched.queue_length,
-                        prefill_tokens=plan.prefill_tokens,
-                        decode_tokens=n_dec * iterations,
-                        capacity=first.capacity,
-                        token_states=first.token_states,
-                        reservation=first.reservation,
-                        internal=first.internal,
-                        external=first.external,
-                        duplicated=first.duplicated,
-                        free=first.free,
-                        cached=first.cached,
-                        iterations=iterations,
-                        generated_tokens=n_dec * iterations + plan.first_tokens,
-                        out_of_window=first.out_of_window,
-                    ),
+                # a flat record in metrics.RECORD_ORDER: the step's own numbers, then its breakdown
+                recorder.offer_record(
+                    (
+                        now,
+                        duration,
+                        it0,  # step
+                        n_dec + len(plan.chunks),  # batch_size
+                        num_seqs,  # num_running
+                        len(sched.waiting) + len(sched.swapped),  # queue_length
+                        plan.prefill_tokens,
+                        n_dec * iterations,  # decode_tokens
+                        iterations,
+                        n_dec * iterations + plan.first_tokens,  # generated_tokens
+                    )
+                    + first
                 )
             else:
                 recorder.skip()
@@ -320,7 +417,17 @@ class Engine:
             if progress_every and self.progress is not None and self.turns % progress_every == 0:
                 self.progress(now, self.log.num_done, len(self.requests))
             if duration > 0:
-                yield env.timeout(duration)
+                end = now + duration  # the float SimPy's timeout would land on
+                if own_arrivals:
+                    # The arrival process's wake-ups during the step, in SimPy's order: before its
+                    # end, or at its end when scheduled before the step's timeout was (`_arrival_wake_up`).
+                    wake_s, late = self._arrival_wake_s, False
+                    while wake_s < end or (wake_s == end and not late):
+                        self._arrival_wake_up()
+                        wake_s, late = self._arrival_wake_s, True
+                    move_to(end)
+                elif not advance_to(end):  # without SimPy when no other event comes first
+                    yield env.timeout(duration)
             sched.complete(iterations, plan, env.now)
 
     def _jump_length(self, now: float, n_dec: int, ctx0: int) -> tuple[int, np.ndarray | None]:
@@ -344,7 +451,7 @@ class Engine:
         if not sched.waiting and not sched.swapped:
             # Nobody waits, so the next arrival would be admitted; with a blocked head of queue,
             # arrivals change nothing until something is released (a finish, which bounds k anyway).
-            gap_s = self.source.peek_s() - now
+            gap_s = self.source.next_s - now
             first_s = self.cost.step_time_s(0, n_dec, ctx0)
             if first_s > 0 and gap_s < math.inf:  # durations never shrink: T(i) >= i * first_s
                 limit = min(limit, int(gap_s / first_s) + 1)
@@ -354,15 +461,12 @@ class Engine:
         limit = min(limit, 1 + grow)
         if limit <= 1:
             return 1, None
-        durations = self.cost.decode_step_durations_s(n_dec, ctx0, limit)
         if gap_s < math.inf:
             # Iteration i (i >= 1) starts at T(i) = sum(durations[:i]); it is decode-only if T(i) < gap.
-            starts = durations[:-1].cumsum()  # methods, not np.cumsum/np.searchsorted: no wrapper per turn
-            limit = 1 + int(starts.searchsorted(gap_s, side="left"))
+            limit = self.cost.decode_steps_starting_before(n_dec, ctx0, limit, gap_s)
             if limit <= 1:
                 return 1, None
-            durations = durations[:limit]
-        return limit, durations
+        return limit, self.cost.decode_step_durations_s(n_dec, ctx0, limit)
 
     def _export_layout(self, step: int, now: float, n_dec: int, ctx0: int, step_s: float) -> None:
         kv_read_s = math.nan
@@ -375,7 +479,8 @@ class Engine:
     def run(self) -> EngineResult:
         wall_start = time.perf_counter()
         env = self.env
-        self._arrivals_proc = env.process(self._arrivals())
+        if not self.own_arrivals:  # else the arrival process runs inside the server (`_arrival_wake_up`)
+            self._arrivals_proc = env.process(self._arrivals())
         server = env.process(self._serve())
         env.run(until=server)
         wall_s = time.perf_counter() - wall_start

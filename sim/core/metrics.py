@@ -12,7 +12,6 @@ from __future__ import annotations
 import math
 import mmap
 from array import array
-from itertools import chain
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -23,6 +22,17 @@ from sim.core import taxonomy
 
 # Parts integrated over time: the six taxonomy parts plus the informational `cached` (subset of free).
 INTEGRATED_PARTS: tuple[str, ...] = (*BREAKDOWN_PARTS, "cached")
+if INTEGRATED_PARTS != (
+    "token_states",
+    "reservation",
+    "internal",
+    "external",
+    "duplicated",
+    "out_of_window",
+    "free",
+    "cached",
+):  # TimeIntegrals.add_constant and add_sums are unrolled in this order
+    raise AssertionError(f"TimeIntegrals is unrolled for another INTEGRATED_PARTS order: {INTEGRATED_PARTS}")
 
 REQUEST_COLUMNS: tuple[str, ...] = (
     "request_id",
@@ -77,6 +87,24 @@ class StepRow(NamedTuple):
 
 
 STEP_COLUMNS: tuple[str, ...] = ("step", "time_s", "duration_s", *StepRow._fields[1:])
+# The order of `StepRecorder.offer_record`'s flat tuples: the step's own numbers, then the turn's
+# `MemoryBreakdown` as it is (its fields are StepRow fields too), so the engine builds a record with one
+# tuple concatenation.
+RECORD_ORDER: tuple[str, ...] = (
+    "time_s",
+    "duration_s",
+    "step",
+    "batch_size",
+    "num_running",
+    "queue_length",
+    "prefill_tokens",
+    "decode_tokens",
+    "iterations",
+    "generated_tokens",
+    *MemoryBreakdown._fields,
+)
+if sorted(RECORD_ORDER) != sorted(STEP_COLUMNS):
+    raise AssertionError("RECORD_ORDER must name every steps column once")
 
 FINISH_STOP = "stop"  # reached its true output length
 FINISH_LENGTH = "length"  # reached max_tokens (or max_model_len), vLLM's name
@@ -296,19 +324,28 @@ class StepRecorder:
         self._ints = np.frombuffer(
             self._buffer, np.int64, count=num_ints * max_rows, offset=2 * max_rows * 8
         ).reshape(num_ints, max_rows)
-        # kept rows not yet in the columns: (time_s, duration_s, row), written in blocks by `_flush`
-        self._pending: list[tuple[float, float, StepRow]] = []
+        # kept rows not yet in the columns, as flat tuples in `RECORD_ORDER`, written in blocks by `_flush`
+        self._pending: list[tuple] = []
+        column_of = {name: j for j, name in enumerate(self._INT_COLUMNS)}
+        self._record_columns = [column_of[name] for name in RECORD_ORDER[2:]]
 
     def skip(self) -> None:
         """Count a row the caller did not build because it would not be kept (`seen % stride != 0`)."""
         self.seen += 1
 
     def offer(self, time_s: float, duration_s: float, row: StepRow) -> None:
-        """Offer one row; it is kept when it falls on the stride.
+        """Offer one row by name; it is kept when it falls on the stride (`offer_record`'s rule)."""
+        values = {"time_s": time_s, "duration_s": duration_s, **row._asdict()}
+        self.offer_record(tuple(values[name] for name in RECORD_ORDER))
 
-        Kept rows wait in a list and reach the columns `_FLUSH_ROWS` at a time: one `fromiter` per
-        block costs less than storing a row's 19 Python numbers into the columns one row at a time
-        (issue 16); `size` counts them already, so the sampling rule is unchanged.
+    def offer_record(self, record: tuple) -> None:
+        """Offer one row as a flat tuple in `RECORD_ORDER`; it is kept when it falls on the stride.
+
+        Why a flat tuple in this order: the engine builds a row every turn, and its head (the step's
+        own numbers) plus the turn's `MemoryBreakdown` concatenated is one tuple operation, where a
+        `StepRow` by keyword costs ~2 us a row (issue 24). Kept rows wait in a list and reach the
+        columns `_FLUSH_ROWS` at a time (issue 16); `size` counts them already, so the sampling rule
+        is unchanged.
         """
         keep = self.seen % self.stride == 0
         self.seen += 1
@@ -327,7 +364,7 @@ class StepRecorder:
             if (self.seen - 1) % self.stride != 0:
                 return
         pending = self._pending
-        pending.append((time_s, duration_s, row))
+        pending.append(record)
         self.size += 1
         if len(pending) == _FLUSH_ROWS:
             self._flush()
@@ -338,13 +375,15 @@ class StepRecorder:
         count = len(pending)
         if not count:
             return
-        start = self.size - count
-        times_s, durations_s, rows = zip(*pending, strict=True)  # C loops only: no Python call per row
-        self._time_s[start : self.size] = np.fromiter(times_s, np.float64, count)
-        self._duration_s[start : self.size] = np.fromiter(durations_s, np.float64, count)
-        width = len(self._INT_COLUMNS)
-        ints = np.fromiter(chain.from_iterable(rows), np.int64, count * width)
-        self._ints[:, start : self.size] = ints.reshape(count, width).T
+        start, stop = self.size - count, self.size
+        columns = list(zip(*pending, strict=True))  # C loops only: no Python call per row
+        if len(columns) != len(RECORD_ORDER):
+            raise AssertionError(f"step records have {len(columns)} values, expected {len(RECORD_ORDER)}")
+        self._time_s[start:stop] = np.fromiter(columns[0], np.float64, count)
+        self._duration_s[start:stop] = np.fromiter(columns[1], np.float64, count)
+        ints = self._ints
+        for j, values in zip(self._record_columns, columns[2:], strict=True):
+            ints[j, start:stop] = np.fromiter(values, np.int64, count)
         pending.clear()
 
     def _release_rows(self, start: int) -> None:
@@ -425,9 +464,16 @@ class TimeIntegrals:
 
     def add_sums(self, sums: dict[str, float]) -> None:
         """Add exact per-part integrals (token x s) computed elsewhere (an allocator's jump hook)."""
-        acc = self.parts_token_s
-        for j, name in enumerate(INTEGRATED_PARTS):
-            acc[j] += float(sums.get(name, 0.0))
+        # Unrolled in INTEGRATED_PARTS order (once per jump: no loop, no enumerate); the same additions.
+        acc, get = self.parts_token_s, sums.get
+        acc[0] += float(get("token_states", 0.0))
+        acc[1] += float(get("reservation", 0.0))
+        acc[2] += float(get("internal", 0.0))
+        acc[3] += float(get("external", 0.0))
+        acc[4] += float(get("duplicated", 0.0))
+        acc[5] += float(get("out_of_window", 0.0))
+        acc[6] += float(get("free", 0.0))
+        acc[7] += float(get("cached", 0.0))
 
     def add_running(self, num_running: int, duration_s: float) -> None:
         self.running_seq_s += num_running * duration_s

@@ -34,6 +34,15 @@ class StepCostModel(Protocol):
         """
         ...
 
+    def decode_steps_starting_before(
+        self, num_decode_seqs: int, context_tokens_sum: int, k: int, gap_s: float
+    ) -> int:
+        """1 + how many of iterations 1..k-1 start before `gap_s`, iteration i starting at the sum of
+        the first i of `decode_step_durations_s(..., k)` (summed left to right): where the next arrival
+        cuts a jump. Same as `1 + searchsorted(cumsum(durations[:-1]), gap_s, side="left")`.
+        """
+        ...
+
     def swap_time_s(self, tokens: int) -> float: ...
 
     def offload_step_s(self, compute_s: float, load_tokens: int, store_tokens: int) -> float:

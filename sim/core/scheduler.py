@@ -74,6 +74,24 @@ class PrefillGroup:
         self.per_chunk = False  # the allocator holds only what has been scheduled (grown per chunk)
 
 
+# `RequestInfo.spec` builds SeqSpecs by position, in this order.
+_SPEC_FIELDS: tuple[str, ...] = (
+    "seq_id",
+    "prompt_tokens",
+    "max_tokens",
+    "output_tokens",
+    "prefix_group",
+    "prefix_tokens",
+    "block_hashes",
+    "block_hash_tokens",
+    "content_key",
+    "content_prompt_tokens",
+    "sample",
+    "first_chunk_tokens",
+)
+if SeqSpec._fields != _SPEC_FIELDS:
+    raise AssertionError(f"RequestInfo.spec builds SeqSpec by position: its fields are now {SeqSpec._fields}")
+
 # Decode record: a list for cheap field access. Indices:
 _REQ, _SAMPLE, _EM_OFF, _KV_OFF, _TARGET, _STAMP = range(6)
 
@@ -155,19 +173,22 @@ class RequestInfo:
         A resumed sample (recompute or swap) looks like a new sequence whose prompt includes
         what it generated, with correspondingly fewer tokens to go.
         """
+        prompt = self.prompt_tokens[req]
+        # by position, in _SPEC_FIELDS order (checked at import): a quarter of a microsecond less than by
+        # keyword, twice per request
         return SeqSpec(
-            seq_id=seq_id,
-            prompt_tokens=self.prompt_tokens[req] + emitted,
-            max_tokens=self.max_tokens_eff[req] - emitted,
-            output_tokens=self.output_tokens[req] - emitted,
-            prefix_group=self.prefix_group[req],
-            prefix_tokens=self.prefix_tokens[req],
-            block_hashes=self.block_hashes[req] if self.has_block_hashes else (),
-            block_hash_tokens=self.block_hash_tokens,
-            content_key=self.content_keys[req],
-            content_prompt_tokens=self.prompt_tokens[req],
-            sample=sample,
-            first_chunk_tokens=first_chunk,
+            seq_id,
+            prompt + emitted,  # prompt_tokens
+            self.max_tokens_eff[req] - emitted,  # max_tokens
+            self.output_tokens[req] - emitted,  # output_tokens
+            self.prefix_group[req],
+            self.prefix_tokens[req],
+            self.block_hashes[req] if self.has_block_hashes else (),
+            self.block_hash_tokens,
+            self.content_keys[req],  # content_key
+            prompt,  # content_prompt_tokens
+            sample,
+            first_chunk,  # first_chunk_tokens
         )
 
 
@@ -308,7 +329,8 @@ class Scheduler:
     def decode_ids(self) -> np.ndarray:
         """Ids of decoding sequences as an array (cached until the set changes)."""
         if self._ids_cache is None:
-            self._ids_cache = np.fromiter(self.decode.keys(), dtype=np.int64, count=len(self.decode))
+            # the dict iterated directly (its keys, in order): no keys view built per call
+            self._ids_cache = np.fromiter(self.decode, dtype=np.int64, count=len(self.decode))
         return self._ids_cache
 
     @property
@@ -553,35 +575,39 @@ class Scheduler:
             self.it += iterations
             log.total_generated_tokens += len(self.decode) * iterations
         it = self.it
-        # Prefill chunks: groups that completed sample their first token now.
-        completed: list[PrefillGroup] = []
-        for group, chunk in plan.chunks:  # (none in a decode-only step)
-            group.compute_left -= chunk
-            group.context_tokens += chunk
-            log.total_prefill_tokens += chunk
-            if group.item.readmission:
-                log.recomputed_tokens[group.item.req] += chunk
-            if group.compute_left == 0:
-                completed.append(group)
+        # Prefill chunks: groups that completed sample their first token now (none in a decode-only step).
+        completed: list[PrefillGroup] | None = None
+        if plan.chunks:
+            completed = []
+            for group, chunk in plan.chunks:
+                group.compute_left -= chunk
+                group.context_tokens += chunk
+                log.total_prefill_tokens += chunk
+                if group.item.readmission:
+                    log.recomputed_tokens[group.item.req] += chunk
+                if group.compute_left == 0:
+                    completed.append(group)
         # Decode sequences whose last token was sampled in this iteration.
-        heap, decode = self.finish_heap, self.decode
-        while decoded and heap and heap[0][0] <= it:
-            finish_it, stamp, seq_id = heapq.heappop(heap)
-            rec = decode.get(seq_id)
-            if rec is None or rec[_STAMP] != stamp:
-                continue
-            self._stop_decode(seq_id)
-            self._finish_sample(rec[_REQ], rec[_EM_OFF] + it, FINISH_STOP, now_s)
-        # the sequences that start decoding now, in the order they join `decode` (no scan of the batch)
-        started: list[int] = []
+        heap = self.finish_heap
+        if decoded and heap and heap[0][0] <= it:
+            decode = self.decode
+            while heap and heap[0][0] <= it:
+                finish_it, stamp, seq_id = heapq.heappop(heap)
+                rec = decode.get(seq_id)
+                if rec is None or rec[_STAMP] != stamp:
+                    continue
+                self._stop_decode(seq_id)
+                self._finish_sample(rec[_REQ], rec[_EM_OFF] + it, FINISH_STOP, now_s)
         if completed:
+            # the sequences that start decoding now, in the order they join `decode` (no scan of the batch)
+            started: list[int] = []
             self.prefilling = [g for g in self.prefilling if g.compute_left > 0]
             for group in completed:
                 self._complete_prefill(group, now_s, started)
+            if not decoded and started:
+                self._grow_one(now_s, np.asarray(started, dtype=np.int64))
         if decoded:
             self._grow_one(now_s)
-        elif started:
-            self._grow_one(now_s, np.asarray(started, dtype=np.int64))
 
     def _complete_prefill(self, group: PrefillGroup, now_s: float, started: list[int] | None = None) -> None:
         """A group's prompt is done: each sample emits its first token; appends to `started` the

@@ -139,6 +139,14 @@ _FLOAT_ARANGE = np.arange(1024, dtype=np.float64)
 _FLOAT_ARANGE.flags.writeable = False
 
 
+# `_decode_lines`'s split when one line wins every step (beyond any jump's length).
+_NO_SPLIT = 1 << 62
+
+# Longest jump `decode_steps_starting_before` searches with scalar steps; longer ones are searched in
+# one vectorised pass (a Python step costs ~0.1 us, the vectorised search ~4 us whatever its length).
+_SCALAR_SEARCH_STEPS = 48
+
+
 def _float_arange(count: int) -> np.ndarray:
     """np.arange(count, dtype=float64) as a read-only view of a cached array (one per jump otherwise)."""
     global _FLOAT_ARANGE
@@ -198,6 +206,9 @@ class CostModel:
     # them afresh; not part of the model's value (compare=False) and empty in every copy.
     _decode_batch_memo: dict[int, float] = field(default_factory=dict, init=False, repr=False, compare=False)
     _kv_lines_memo: dict[int, tuple[float, float]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+    _decode_lines_memo: dict[tuple[int, int], tuple[int, float, float, float, float]] = field(
         default_factory=dict, init=False, repr=False, compare=False
     )
 
@@ -445,17 +456,33 @@ class CostModel:
 
     # -- k decode-only steps at once ------------------------------------------------------------------------
 
-    def _decode_pieces(
-        self, num_decode_seqs: int, context_tokens_sum: int, k: int
-    ) -> list[tuple[int, int, float, float]]:
-        """Step i of k (context sum C0 + i x n) lasts intercept + slope x i on each range [lo, hi).
+    def _decode_lines(
+        self, num_decode_seqs: int, context_tokens_sum: int
+    ) -> tuple[int, float, float, float, float]:
+        """(split, intercept, slope before it, intercept, slope from it on) of the decode steps from
+        context sum C0 (step i has context C0 + i x n), the split not cut to any k; memoised for the
+        last (n, C0) asked. Everything but attention depends on the batch only (n sequences, n
+        tokens): a constant; the attention is the max of two lines in i (FLOPs, KV read), split at
+        their crossing.
 
-        Everything but attention depends on the batch only (n sequences, n tokens): a constant. The
-        attention is the max of two lines in i, split at their crossing.
+        Why a memo of one: a jump asks twice for the same batch and context (where the next arrival
+        cuts it, then the durations of the steps it takes), and never again after (issue 24).
         """
+        key = (num_decode_seqs, context_tokens_sum)
+        memo = self._decode_lines_memo
+        lines = memo.get(key)
+        if lines is None:
+            memo.clear()
+            lines = memo[key] = self._decode_lines_afresh(num_decode_seqs, context_tokens_sum)
+        return lines
+
+    def _decode_lines_afresh(
+        self, num_decode_seqs: int, context_tokens_sum: int
+    ) -> tuple[int, float, float, float, float]:
+        """`_decode_lines` computed from the coefficients (its memo's source)."""
         n = num_decode_seqs
         if self.constant_step_s is not None:
-            return [(0, k, self.constant_step_s, 0.0)]
+            return _NO_SPLIT, self.constant_step_s, 0.0, self.constant_step_s, 0.0
         fixed = self._decode_batch_time_s(n)
         compute_0 = fixed + self.attention_compute_time_s(context_tokens_sum)
         compute_1 = n * self.attention_flops_per_pair / self.flops_per_s
@@ -464,33 +491,64 @@ class CostModel:
         memory_1 = n * kv_slope
         gap_0, gap_1 = compute_0 - memory_0, compute_1 - memory_1  # compute wins where gap >= 0
         if gap_1 == 0.0:  # parallel lines: one side wins every step
-            split = k if gap_0 >= 0 else 0
+            split = _NO_SPLIT if gap_0 >= 0 else 0
             compute_first = True
         else:
             crossing = -gap_0 / gap_1
-            split = min(k, max(0, math.ceil(crossing)))
+            split = max(0, math.ceil(crossing))
             compute_first = gap_1 < 0  # compute wins before the crossing when its slope is smaller
         if compute_first:
-            return [(0, split, compute_0, compute_1), (split, k, memory_0, memory_1)]
-        return [(0, split, memory_0, memory_1), (split, k, compute_0, compute_1)]
+            return split, compute_0, compute_1, memory_0, memory_1
+        return split, memory_0, memory_1, compute_0, compute_1
 
     def decode_step_durations_s(self, num_decode_seqs: int, context_tokens_sum: int, k: int) -> np.ndarray:
         """Each of the k steps' durations (vectorised), for recording a jump step by step if needed."""
         if k <= 0 or num_decode_seqs <= 0:
             return np.zeros(max(0, k), dtype=np.float64)
         steps = _float_arange(k)
-        pieces = [
-            piece
-            for piece in self._decode_pieces(num_decode_seqs, context_tokens_sum, k)
-            if piece[1] > piece[0]
-        ]
-        if len(pieces) == 1:  # one side (compute or memory) wins every step: one vectorised line
-            _, _, intercept, slope = pieces[0]
-            return intercept + slope * steps
+        # step i of k lasts intercept + slope x i: the first line before the split, the second from it
+        split, intercept_a, slope_a, intercept_b, slope_b = self._decode_lines(
+            num_decode_seqs, context_tokens_sum
+        )
+        if split >= k:  # one side (compute or memory) wins every step: one vectorised line
+            return intercept_a + slope_a * steps
+        if split <= 0:
+            return intercept_b + slope_b * steps
         durations = np.zeros(k, dtype=np.float64)
-        for lo, hi, intercept, slope in pieces:
-            durations[lo:hi] = intercept + slope * steps[lo:hi]
+        durations[:split] = intercept_a + slope_a * steps[:split]
+        durations[split:] = intercept_b + slope_b * steps[split:]
         return durations
+
+    def decode_steps_starting_before(
+        self, num_decode_seqs: int, context_tokens_sum: int, k: int, gap_s: float
+    ) -> int:
+        """1 + how many of steps 1..k-1 of `decode_step_durations_s(..., k)` start before `gap_s`.
+
+        Step i starts at T(i) = d_0 + ... + d_{i-1} (summed left to right, as `cumsum` does), so this
+        is `1 + searchsorted(cumsum(d[:-1]), gap_s, "left")` of the durations array, the same floats
+        step by step. Why scalar: a jump is cut by the next arrival after a few steps, and a few
+        scalar additions cost less than the four NumPy calls on tiny arrays that build and search
+        the array (issue 24); a long search (k > _SCALAR_SEARCH_STEPS) stays vectorised.
+        """
+        if k > _SCALAR_SEARCH_STEPS:
+            starts = self.decode_step_durations_s(num_decode_seqs, context_tokens_sum, k)[:-1].cumsum()
+            return 1 + int(starts.searchsorted(gap_s, side="left"))
+        if k <= 0 or num_decode_seqs <= 0:
+            split, intercept_a, slope_a, intercept_b, slope_b = _NO_SPLIT, 0.0, 0.0, 0.0, 0.0
+        else:
+            split, intercept_a, slope_a, intercept_b, slope_b = self._decode_lines(
+                num_decode_seqs, context_tokens_sum
+            )
+        count, start_s, last = 1, 0.0, k - 1  # steps 0..k-2 end where steps 1..k-1 start
+        for i in range(last):
+            if i < split:  # decode_step_durations_s's float, then cumsum's
+                start_s += intercept_a + slope_a * i
+            else:
+                start_s += intercept_b + slope_b * i
+            if start_s >= gap_s:
+                return count
+            count += 1
+        return count
 
     def describe(self) -> dict[str, Any]:
         """JSON-safe summary of the coefficients (goes into summary.json and `kvsim run` output)."""

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from _engine_helpers import FakePaged, FakeSlab, LinearCost, make_requests, random_requests
 
-from sim.core.engine import EngineConfig, run_engine
+from sim.core.engine import EngineClock, EngineConfig, run_engine
 
 BIG = EngineConfig(max_num_seqs=64, max_num_batched_tokens=4096, max_model_len=4096)
 
@@ -134,3 +134,22 @@ def test_closed_loop_users_send_after_think_time() -> None:
     # being idle, run at once: [2.5, 4.5).
     assert table["arrival_s"].tolist() == [0.0, 0.0, 2.5, 2.5]
     assert table["finish_s"].tolist() == [2.0, 2.0, 4.5, 4.5]
+
+
+def test_engine_clock_moves_itself_only_while_nothing_else_is_due() -> None:
+    """The serving loop's own clock step (issue 24): refused at or past the next scheduled event, and
+    a later timeout counts from the moved clock, as if SimPy had fired a timeout there."""
+    env = EngineClock()
+    env.timeout(2.0)  # another process's wake-up
+    assert env.advance_to(1.5) and env.now == 1.5
+    assert not env.advance_to(2.0) and not env.advance_to(2.5)  # SimPy must order that event first
+    assert env.now == 1.5
+    fired: list[float] = []
+
+    def sleeper():  # a SimPy generator
+        yield env.timeout(0.25)
+        fired.append(env.now)
+
+    env.process(sleeper())
+    env.run()
+    assert fired == [1.75] and env.now == 2.0
