@@ -187,8 +187,11 @@ class OptionalBuildExt(build_ext):
         print(f"kvsim compiled core: {len(modules)} of {len(COMPILED_MODULES)} modules compiled ({path})")
 
 
-setup(
-    # placeholders: OptionalBuildExt.run puts in the C sources that Cython generates
-    ext_modules=[Extension(m, [str(_source(m))], extra_compile_args=COMPILE_ARGS) for m in COMPILED_MODULES],
-    cmdclass={"build_ext": OptionalBuildExt},
-)
+if __name__ == "__main__":  # setuptools runs this file as __main__; tests import it to read the list
+    setup(
+        # placeholders: OptionalBuildExt.run puts in the C sources that Cython generates
+        ext_modules=[
+            Extension(m, [str(_source(m))], extra_compile_args=COMPILE_ARGS) for m in COMPILED_MODULES
+        ],
+        cmdclass={"build_ext": OptionalBuildExt},
+    )

@@ -23,6 +23,7 @@ import importlib.util
 import json
 import os
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from types import ModuleType
 
@@ -63,9 +64,9 @@ def _repo_root() -> Path:
     return Path(__file__).resolve().parents[1]
 
 
-def _module_files(name: str) -> tuple[Path, Path | None]:
+def _module_files(name: str, root: Path | None = None) -> tuple[Path, Path | None]:
     """A listed module's .py source and its built extension (None when there is none)."""
-    base = _repo_root().joinpath(*name.split("."))
+    base = (_repo_root() if root is None else root).joinpath(*name.split("."))
     for suffix in importlib.machinery.EXTENSION_SUFFIXES:
         candidate = base.with_name(base.name + suffix)
         if candidate.is_file():
@@ -73,10 +74,11 @@ def _module_files(name: str) -> tuple[Path, Path | None]:
     return base.with_suffix(".py"), None
 
 
-def _read_manifest() -> dict:
+def read_manifest(root: Path | None = None) -> dict:
     """The build record ({} when the core was never built or the record is unreadable)."""
+    root = _repo_root() if root is None else root
     try:
-        manifest = json.loads((Path(__file__).with_name(MANIFEST_NAME)).read_text())
+        manifest = json.loads((root / "allocators" / MANIFEST_NAME).read_text())
     except (OSError, ValueError):
         return {}
     return manifest if isinstance(manifest, dict) else {}
@@ -89,9 +91,13 @@ class CoreState:
     source define distinct classes), and hashing the sources costs ~1 ms, not to be paid per import.
     """
 
-    def __init__(self, environ: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, environ: Mapping[str, str] | None = None, root: Path | None = None, manifest: dict | None = None
+    ) -> None:
+        """`environ`, `root` (the folder holding allocators/ and sim/) and `manifest`: tests set them."""
         environ = os.environ if environ is None else environ
-        manifest = _read_manifest()
+        self.root = _repo_root() if root is None else root
+        manifest = read_manifest(self.root) if manifest is None else manifest
         recorded = manifest.get("modules", {}) if isinstance(manifest.get("modules"), dict) else {}
         self.cython_version: str = str(manifest.get("cython", "?"))
         self.pure_forced: bool = environ.get(PURE_ENV, "") == "1"
@@ -99,7 +105,7 @@ class CoreState:
         self.not_built: list[str] = []  # no extension, or built without a record (compile failed)
         self.stale: list[str] = []  # an extension built from another version of the source
         for name in COMPILED_MODULES:
-            source, extension = _module_files(name)
+            source, extension = _module_files(name, self.root)
             entry = recorded.get(name)
             if extension is None or not isinstance(entry, dict):
                 self.not_built.append(name)
@@ -149,7 +155,7 @@ class CompiledCoreFinder(importlib.abc.MetaPathFinder):
             loader: importlib.abc.Loader = importlib.machinery.ExtensionFileLoader(fullname, str(extension))
             origin = extension
         else:
-            origin, _ = _module_files(fullname)
+            origin, _ = _module_files(fullname, self.state.root)
             if not origin.is_file():
                 return None  # not in this tree (an unusual layout): the usual finders decide
             loader = importlib.machinery.SourceFileLoader(fullname, str(origin))
