@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 # COMPILED_MODULES, and the build record setup.py writes. A listed source edited after the last build
 # rebuilds it (only the changed modules compile); a stale extension would not run anyway (the import
 # finder checks each source's sha256), this only keeps the fast path built.
-CORE_SOURCES := $(shell sed -n 's/^    "\(\(allocators\|sim\)\.[a-z0-9_.]*\)",$$/\1/p' allocators/compiled.py | tr . / | sed 's/$$/.py/')
+CORE_SOURCES := $(shell sed -n 's/^    "\(\(allocators\|sim\)\.[a-z0-9_.]*\)",$$/\1/p' allocators/compiled.py 2>/dev/null | tr . / | sed 's/$$/.py/')
 CORE := allocators/_compiled_core.json
 
 .PHONY: demo test bench calibrate docs notebooks lint venv clean
