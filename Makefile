@@ -16,12 +16,14 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev,dask]'
+	@$(PY) -c "import sim; print('kvsim core:', sim.core_path())"
 	rm -f $(VENV)/.installed-*
 	touch $(STAMP)
 
 # order-only on the venv: installing it builds the core too, and must not make the record look old
 $(CORE): setup.py $(CORE_SOURCES) | $(STAMP)
 	$(PY) -m pip install -q --no-deps -e .
+	@$(PY) -c "import sim; print('kvsim core:', sim.core_path())"
 
 venv: $(STAMP) $(CORE)
 
