@@ -21,7 +21,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 # order-only on the venv: installing it builds the core too, and must not make the record look old
-$(CORE): setup.py $(CORE_SOURCES) | $(STAMP)
+$(CORE): setup.py allocators/compiled.py $(CORE_SOURCES) | $(STAMP)
 	$(PY) -m pip install -q --no-deps -e .
 	@$(PY) -c "import sim; print('kvsim core:', sim.core_path())"
 

@@ -49,6 +49,7 @@ COMPILED_MODULES: tuple[str, ...] = (
     "sim.cost.model",
 )
 
+_PACKAGES = frozenset({"allocators", "sim"})  # the packages whose modules may be compiled
 MANIFEST_NAME = "_compiled_core.json"  # written by setup.py next to this file
 PURE_ENV = "KVSIM_PURE"  # KVSIM_PURE=1: run the .py sources even where extensions are built
 REBUILD_HINT = "run `make venv` or `pip install -e .`"
@@ -138,8 +139,9 @@ class CompiledCoreFinder(importlib.abc.MetaPathFinder):
     """Finds each listed module as its extension or its .py source, as `CoreState` decided.
 
     Why a finder: Python's own path finder prefers an extension over a .py of the same name, whatever
-    its age; this one is asked first and decides for the listed modules only (others: None, the usual
-    finders go on).
+    its age; this one is asked first and decides for the listed modules. An extension of a module of
+    `allocators` or `sim` that is not listed (left behind when a module left the list, or by another
+    branch's build) is never loaded: its .py is. Other modules: None, the usual finders go on.
     """
 
     def __init__(self, state: CoreState) -> None:
@@ -148,18 +150,19 @@ class CompiledCoreFinder(importlib.abc.MetaPathFinder):
     def find_spec(
         self, fullname: str, path: object = None, target: ModuleType | None = None
     ) -> importlib.machinery.ModuleSpec | None:
-        if fullname not in COMPILED_MODULES:
+        if fullname.partition(".")[0] not in _PACKAGES:
             return None
-        extension = self.state.compiled.get(fullname)
-        if extension is not None:
+        source, extension = _module_files(fullname, self.state.root)
+        if fullname in COMPILED_MODULES and fullname in self.state.compiled:
+            extension = self.state.compiled[fullname]
             loader: importlib.abc.Loader = importlib.machinery.ExtensionFileLoader(fullname, str(extension))
-            origin = extension
-        else:
-            origin, _ = _module_files(fullname, self.state.root)
-            if not origin.is_file():
-                return None  # not in this tree (an unusual layout): the usual finders decide
-            loader = importlib.machinery.SourceFileLoader(fullname, str(origin))
-        return importlib.util.spec_from_file_location(fullname, str(origin), loader=loader)
+            return importlib.util.spec_from_file_location(fullname, str(extension), loader=loader)
+        if fullname not in COMPILED_MODULES and extension is None:
+            return None  # nothing compiled to avoid: the usual finders decide
+        if not source.is_file():
+            return None  # not in this tree (an unusual layout): the usual finders decide
+        loader = importlib.machinery.SourceFileLoader(fullname, str(source))
+        return importlib.util.spec_from_file_location(fullname, str(source), loader=loader)
 
 
 def _installed() -> CompiledCoreFinder | None:

@@ -174,6 +174,17 @@ def test_an_extension_without_a_build_record_is_not_trusted(tmp_path: Path) -> N
 def test_the_finder_leaves_other_modules_to_the_usual_finders(tmp_path: Path) -> None:
     state = compiled.CoreState(environ={}, root=tmp_path, manifest={})
     assert compiled.CompiledCoreFinder(state).find_spec("allocators.base") is None
+    assert compiled.CompiledCoreFinder(state).find_spec("numpy") is None
+
+
+def test_an_extension_of_an_unlisted_module_is_never_loaded(tmp_path: Path) -> None:
+    """A module that left the list may leave its extension behind: Python would prefer it, the finder not."""
+    source = tmp_path / "allocators" / "base.py"
+    source.parent.mkdir(parents=True)
+    source.write_text("VALUE = 1\n")
+    source.with_name(f"base{SUFFIX}").write_bytes(b"stand-in: a leftover extension")
+    state = compiled.CoreState(environ={}, root=tmp_path, manifest={})
+    assert _origin(state, "allocators.base") == (str(source), importlib.machinery.SourceFileLoader)
 
 
 def test_the_finder_is_installed_before_the_path_finder_and_decided_every_loaded_module() -> None:
