@@ -29,8 +29,8 @@ from sim.cli.app import main
 REPO = Path(__file__).resolve().parents[1]
 SUFFIX = importlib.machinery.EXTENSION_SUFFIXES[0]
 
-# One interpreter's side of the identity check: every results_identity.py run but the long sglang one
-# shortened (100 prompts: its radix allocator never jumps, so 300 prompts are 100k steps), written as
+# One interpreter's side of the identity check: every results_identity.py run, the two long ones shortened
+# (sglang's radix allocator never jumps: 300 prompts are 100k steps; bench20k: 20k requests), written as
 # results_identity.py --save writes them, plus which path each listed module was loaded from.
 _RUN_SIDE = """
 import json, sys
@@ -39,9 +39,10 @@ import sim
 from allocators import compiled
 from benchmarks.results_identity import _comparable_summary, _runs, scenarios
 out = Path(sys.argv[1])
+shorter = {"sglang": 60, "bench20k": 5000}
 for name, (scenario, allocators) in scenarios().items():
-    if name == "sglang":
-        scenario = scenario.with_overrides(num_prompts=100)
+    if name in shorter:
+        scenario = scenario.with_overrides(num_prompts=shorter[name])
     for label, run in _runs(scenario, allocators).items():
         folder = out / name / label.replace(":", "_")
         folder.mkdir(parents=True)
