@@ -3,6 +3,12 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
+# The compiled core (docs/compiled_core.md): the .py modules named in allocators/compiled.py's
+# COMPILED_MODULES, and the build record setup.py writes. A listed source edited after the last build
+# rebuilds it (only the changed modules compile); a stale extension would not run anyway (the import
+# finder checks each source's sha256), this only keeps the fast path built.
+CORE_SOURCES := $(shell sed -n 's/^    "\(\(allocators\|sim\)\.[a-z0-9_.]*\)",$$/\1/p' allocators/compiled.py 2>/dev/null | tr . / | sed 's/$$/.py/')
+CORE := allocators/_compiled_core.json
 
 .PHONY: demo test bench calibrate docs notebooks lint venv clean
 
@@ -10,15 +16,21 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev,dask]'
+	@$(PY) -c "import sim; print('kvsim core:', sim.core_path())"
 	rm -f $(VENV)/.installed-*
 	touch $(STAMP)
 
-venv: $(STAMP)
+# order-only on the venv: installing it builds the core too, and must not make the record look old
+$(CORE): setup.py allocators/compiled.py $(CORE_SOURCES) | $(STAMP)
+	$(PY) -m pip install -q --no-deps -e .
+	@$(PY) -c "import sim; print('kvsim core:', sim.core_path())"
 
-demo: $(STAMP)
+venv: $(STAMP) $(CORE)
+
+demo: $(STAMP) $(CORE)
 	$(VENV)/bin/kvsim compare
 
-test: $(STAMP)
+test: $(STAMP) $(CORE)
 	$(PY) -m pytest -q
 
 # The speed benchmarks (benchmarks/README.md); results_identity.py and cost_fit.py are tools, not timings.
@@ -49,4 +61,4 @@ lint: $(STAMP)
 	$(VENV)/bin/lint-imports
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis
+	rm -rf $(VENV) .pytest_cache .hypothesis build $(CORE) allocators/*.so sim/*/*.so

@@ -10,6 +10,8 @@ place and every bad argument raises `AllocatorConfigError` saying what is wrong 
 
 from __future__ import annotations
 
+# First: installs the finder that picks each hot-loop module's compiled or pure path (before any is found).
+from allocators import compiled
 from allocators.base import (
     BREAKDOWN_PARTS,
     Allocator,
@@ -28,6 +30,8 @@ from allocators.registry import (
     unregister_allocator,
 )
 
+core_path = compiled.core_path
+
 __all__ = [
     "BREAKDOWN_PARTS",
     "Allocator",
@@ -40,6 +44,7 @@ __all__ = [
     "accepted_params",
     "allocator_entry",
     "available",
+    "core_path",
     "make_allocator",
     "register_allocator",
     "unregister_allocator",

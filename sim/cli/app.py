@@ -38,9 +38,39 @@ def build_app() -> typer.Typer:
         # cuts long vLLM flag names (`--gpu-memory-util…`); click wraps the help text instead.
         rich_markup_mode=None,
     )
+    app.callback()(_root_options)
     for name in COMMAND_MODULES:
         importlib.import_module(f"sim.cli.{name}").register(app)
     return app
+
+
+def version_text() -> str:
+    """`kvsim --version`: the package version and which path runs the hot loop (compiled or pure).
+
+    Why the path: the compiled core is optional (no compiler, a stale build, KVSIM_PURE=1) and results
+    are identical either way, so speed is the only sign of it; this line says which one a user has.
+    """
+    import sim
+
+    return f"kvsim {sim.__version__}\ncore: {sim.core_path()}"
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        print(version_text())
+        raise typer.Exit()
+
+
+def _root_options(
+    version: bool = typer.Option(
+        False,
+        "--version",
+        callback=_print_version,
+        is_eager=True,
+        help="Print the version and the active core path (compiled or pure Python), then exit.",
+    ),
+) -> None:
+    """Simulate LLM KV-cache allocators: where the memory goes and what it costs."""
 
 
 # An argument of the Python API -> the flag that sets it (scenario fields: scenario_flags.FIELD_FLAGS).

@@ -1,0 +1,197 @@
+"""Which code runs the hot loop: the Cython-compiled extensions or the plain .py sources they come from.
+
+Why: the engine's per-step work (scheduler, allocator growth, the jump integral, the step recorder) is
+interpreter overhead on small objects, and compiling the same .py files with Cython removes much of it
+(issue 24). There is one source of truth, the .py file; `setup.py` compiles the modules listed in
+`COMPILED_MODULES` next to their sources and records each source's sha256 in `MANIFEST_NAME`.
+
+This module installs a `sys.meta_path` finder (on import; `allocators/__init__.py` and `sim/__init__.py`
+import it before anything else, so before any listed module is found) that, for each listed module,
+loads the extension only when it exists, `KVSIM_PURE` is not `1`, and it was built from the source as it
+is now (same sha256). Otherwise the .py runs: a stale extension never silently runs old code, and a
+machine without a compiler runs the pure path, with identical results (tests/test_compiled_core.py).
+
+Only the standard library here: `gpu/` imports `allocators.base` on a bare device machine.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import json
+import os
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from types import ModuleType
+
+# The hot loop, compiled by setup.py (which reads this tuple with `ast`, without importing the package).
+# Measured per module in docs/compiled_core.md; a module leaves the list when compiling it breaks a test or
+# gains nothing.
+COMPILED_MODULES: tuple[str, ...] = (
+    "allocators.block_pool",
+    "allocators.paged",
+    "allocators.jump_integral",
+    "allocators.prefix_keys",
+    "allocators.seq_arrays",
+    "allocators.ledger",
+    "allocators.radix_tree",
+    "allocators.radix",
+    "sim.core.engine",
+    "sim.core.scheduler",
+    "sim.core.metrics",
+    "sim.core.policy",
+    "sim.engines.vllm_v0",
+    "sim.engines.vllm_v1",
+    "sim.engines.sglang",
+    "sim.cost.model",
+)
+
+_PACKAGES = frozenset({"allocators", "sim"})  # the packages whose modules may be compiled
+MANIFEST_NAME = "_compiled_core.json"  # written by setup.py next to this file
+PURE_ENV = "KVSIM_PURE"  # KVSIM_PURE=1: run the .py sources even where extensions are built
+REBUILD_HINT = "run `make venv` or `pip install -e .`"
+
+
+def source_sha256(path: Path) -> str:
+    """The hex sha256 of a source file's bytes: what setup.py records and the finder compares."""
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _repo_root() -> Path:
+    """The folder that holds the `allocators` and `sim` packages (this file is allocators/compiled.py)."""
+    return Path(__file__).resolve().parents[1]
+
+
+def _module_files(name: str, root: Path | None = None) -> tuple[Path, Path | None]:
+    """A listed module's .py source and its built extension (None when there is none)."""
+    base = (_repo_root() if root is None else root).joinpath(*name.split("."))
+    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+        candidate = base.with_name(base.name + suffix)
+        if candidate.is_file():
+            return base.with_suffix(".py"), candidate
+    return base.with_suffix(".py"), None
+
+
+def read_manifest(root: Path | None = None) -> dict:
+    """The build record ({} when the core was never built or the record is unreadable)."""
+    root = _repo_root() if root is None else root
+    try:
+        manifest = json.loads((root / "allocators" / MANIFEST_NAME).read_text())
+    except (OSError, ValueError):
+        return {}
+    return manifest if isinstance(manifest, dict) else {}
+
+
+class CoreState:
+    """Which listed modules load compiled, and why the others do not: decided once per process.
+
+    Why once: a module's path must not change between imports in one process (the extension and the
+    source define distinct classes), and hashing the sources costs ~1 ms, not to be paid per import.
+    """
+
+    def __init__(
+        self, environ: Mapping[str, str] | None = None, root: Path | None = None, manifest: dict | None = None
+    ) -> None:
+        """`environ`, `root` (the folder holding allocators/ and sim/) and `manifest`: tests set them."""
+        environ = os.environ if environ is None else environ
+        self.root = _repo_root() if root is None else root
+        manifest = read_manifest(self.root) if manifest is None else manifest
+        recorded = manifest.get("modules", {}) if isinstance(manifest.get("modules"), dict) else {}
+        self.cython_version: str = str(manifest.get("cython", "?"))
+        self.pure_forced: bool = environ.get(PURE_ENV, "") == "1"
+        self.compiled: dict[str, Path] = {}  # module -> extension file to load
+        self.not_built: list[str] = []  # no extension, or built without a record (compile failed)
+        self.stale: list[str] = []  # an extension built from another version of the source
+        for name in COMPILED_MODULES:
+            source, extension = _module_files(name, self.root)
+            entry = recorded.get(name)
+            if extension is None or not isinstance(entry, dict):
+                self.not_built.append(name)
+            elif not source.is_file() or entry.get("sha256") != source_sha256(source):
+                self.stale.append(name)
+            elif not self.pure_forced:
+                self.compiled[name] = extension
+
+    def describe(self) -> str:
+        """One line for `kvsim --version`: the active path and, for any pure module, why."""
+        total = len(COMPILED_MODULES)
+        if self.pure_forced:
+            return f"pure Python ({PURE_ENV}=1)"
+        why = []
+        if self.stale:
+            why.append(f"compiled core stale for {', '.join(self.stale)}: {REBUILD_HINT}")
+        if self.not_built and self.compiled:
+            why.append(f"not compiled: {', '.join(self.not_built)}")
+        if not self.compiled:
+            if not self.stale:
+                return "pure Python (compiled core not built)"
+            return f"pure Python ({'; '.join(why)})"
+        done = len(self.compiled)
+        count = f"{total} modules" if done == total else f"{done} of {total} modules"
+        tail = f"; pure for the rest: {'; '.join(why)}" if why else ""
+        return f"compiled (Cython {self.cython_version}, {count}{tail})"
+
+
+class CompiledCoreFinder(importlib.abc.MetaPathFinder):
+    """Finds each listed module as its extension or its .py source, as `CoreState` decided.
+
+    Why a finder: Python's own path finder prefers an extension over a .py of the same name, whatever
+    its age; this one is asked first and decides for the listed modules. An extension of a module of
+    `allocators` or `sim` that is not listed (left behind when a module left the list, or by another
+    branch's build) is never loaded: its .py is. Other modules: None, the usual finders go on.
+    """
+
+    def __init__(self, state: CoreState) -> None:
+        self.state = state
+
+    def find_spec(
+        self, fullname: str, path: object = None, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        if fullname.partition(".")[0] not in _PACKAGES:
+            return None
+        source, extension = _module_files(fullname, self.state.root)
+        if fullname in COMPILED_MODULES and fullname in self.state.compiled:
+            extension = self.state.compiled[fullname]
+            loader: importlib.abc.Loader = importlib.machinery.ExtensionFileLoader(fullname, str(extension))
+            return importlib.util.spec_from_file_location(fullname, str(extension), loader=loader)
+        if fullname not in COMPILED_MODULES and extension is None:
+            return None  # nothing compiled to avoid: the usual finders decide
+        if not source.is_file():
+            return None  # not in this tree (an unusual layout): the usual finders decide
+        loader = importlib.machinery.SourceFileLoader(fullname, str(source))
+        return importlib.util.spec_from_file_location(fullname, str(source), loader=loader)
+
+
+def _installed() -> CompiledCoreFinder | None:
+    return next((f for f in sys.meta_path if isinstance(f, CompiledCoreFinder)), None)
+
+
+def install() -> CompiledCoreFinder:
+    """Put the finder first on `sys.meta_path` (once per process) and return it."""
+    finder = _installed()
+    if finder is None:
+        finder = CompiledCoreFinder(CoreState())
+        sys.meta_path.insert(0, finder)
+    return finder
+
+
+def core_path() -> str:
+    """The active path, e.g. "compiled (Cython 3.1.2, 16 modules)" or "pure Python (KVSIM_PURE=1)"."""
+    return install().state.describe()
+
+
+def loaded_paths() -> dict[str, str]:
+    """Module -> "compiled" / "pure" for each listed module imported so far (what actually runs)."""
+    found = {}
+    for name in COMPILED_MODULES:
+        module = sys.modules.get(name)
+        if module is not None:
+            origin = str(getattr(module, "__file__", "") or "")
+            found[name] = "pure" if origin.endswith(".py") else "compiled"
+    return found
+
+
+install()
