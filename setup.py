@@ -129,26 +129,34 @@ class OptionalBuildExt(build_ext):
             if c_file.exists() and generated_from.get(module) != self.hashes[module]:
                 c_file.unlink()
         modules = [Extension(m, [str(_source(m))], extra_compile_args=COMPILE_ARGS) for m in COMPILED_MODULES]
+        failures: dict[str, str] = {}
         try:
-            extensions = cythonize(
-                modules,
-                build_dir=str(C_DIR),
-                compiler_directives=DIRECTIVES,
-                nthreads=os.cpu_count() or 1,
-                exclude_failures=True,
-                quiet=True,
-            )
-        except Exception as exc:  # cythonize's own failure (not a module's): no compiled core
-            _warn(f"Cython failed ({exc})")
-            return {}
+            extensions = self._translate(cythonize, modules, nthreads=os.cpu_count() or 1)
+        except Exception:
+            # One module Cython cannot translate fails the whole call (with Cython 3.3.1 even with
+            # exclude_failures=True, which raises "unhashable type: 'Extension'"), so translate them
+            # one at a time: only the failing ones stay pure.
+            extensions = []
+            for module in modules:
+                try:
+                    extensions += self._translate(cythonize, [module], nthreads=1)
+                except Exception as exc:
+                    failures[module.name] = f" ({type(exc).__name__}: {exc})"
         done = {ext.name for ext in extensions}
         for module in COMPILED_MODULES:
             if module not in done:
-                _warn(f"Cython could not translate {module}")
+                _warn(f"Cython could not translate {module}{failures.get(module, '')}")
         (ROOT / C_RECORD).write_text(
             json.dumps({"build_key": self.build_key, "modules": {m: self.hashes[m] for m in done}}, indent=1)
         )
         return {ext.name: ext for ext in extensions}
+
+    @staticmethod
+    def _translate(cythonize: object, modules: list[Extension], nthreads: int) -> list[Extension]:
+        """Cython's translation of `modules` to C in C_DIR; raises when any of them fails."""
+        return cythonize(  # type: ignore[operator]
+            modules, build_dir=str(C_DIR), compiler_directives=DIRECTIVES, nthreads=nthreads, quiet=True
+        )
 
     def _manifest_path(self) -> Path:
         """allocators/_compiled_core.json where the extensions go: the source tree when in place."""
