@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 # COMPILED_MODULES, and the build record setup.py writes. A listed source edited after the last build
 # rebuilds it (only the changed modules compile); a stale extension would not run anyway (the import
 # finder checks each source's sha256), this only keeps the fast path built.
-CORE_SOURCES := $(shell sed -n 's/^    "\(\(allocators\|sim\)\.[a-z0-9_.]*\)",$$/\1/p' allocators/compiled.py 2>/dev/null | tr . / | sed 's/$$/.py/')
+CORE_SOURCES := $(shell sed -nE 's/^    "((allocators|sim)\.[a-z0-9_.]*)",$$/\1/p' allocators/compiled.py 2>/dev/null | tr . / | sed 's/$$/.py/')
 CORE := allocators/_compiled_core.json
 
 .PHONY: demo test bench calibrate docs notebooks lint venv clean
@@ -20,9 +20,12 @@ $(STAMP): pyproject.toml
 	rm -f $(VENV)/.installed-*
 	touch $(STAMP)
 
-# order-only on the venv: installing it builds the core too, and must not make the record look old
+# order-only on the venv: installing it builds the core too, and must not make the record look old.
+# The rebuild uses the venv's own setuptools, wheel and Cython (the `dev` extra), so it needs no package
+# index; if it fails anyway the edited modules run as Python (the finder's hash check), never stale code.
 $(CORE): setup.py allocators/compiled.py $(CORE_SOURCES) | $(STAMP)
-	$(PY) -m pip install -q --no-deps -e .
+	$(PY) -m pip install -q --no-deps --no-build-isolation -e . \
+	  || echo "warning: the compiled core was not rebuilt; edited modules run as Python (run make venv again)"
 	@$(PY) -c "import sim; print('kvsim core:', sim.core_path())"
 
 venv: $(STAMP) $(CORE)
@@ -36,17 +39,17 @@ test: $(STAMP) $(CORE)
 # The speed benchmarks (benchmarks/README.md); results_identity.py and cost_fit.py are tools, not timings.
 BENCHMARKS := engine allocator_speed workload_speed sweep calls_per_turn
 
-bench: $(STAMP)
+bench: $(STAMP) $(CORE)
 	for b in $(BENCHMARKS); do echo "== benchmarks/$$b.py"; $(PY) benchmarks/$$b.py || exit 1; done
 
 # kvsim calibrate refuses an --output folder that does not exist (a mistyped path is not created), so
 # the target makes its own folder; on a machine without a GPU it then exits 2 naming what is missing.
-calibrate: $(STAMP)
+calibrate: $(STAMP) $(CORE)
 	mkdir -p results/calibration
 	$(VENV)/bin/kvsim calibrate --output results/calibration/profile.json
 
 # Example tables and images in README.md and docs/ (docs/generate.py says which and how); a few minutes.
-docs: $(STAMP)
+docs: $(STAMP) $(CORE)
 	MPLBACKEND=Agg $(PY) docs/generate.py $(DOCS_ARGS)
 
 # The analysis notebooks in JupyterLab (the `notebook` extra, installed on first use; not in `dev`).
@@ -61,4 +64,5 @@ lint: $(STAMP)
 	$(VENV)/bin/lint-imports
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis build $(CORE) allocators/*.so sim/*/*.so
+# the compiled core: only the extensions of the listed modules (what setup.py builds), and its record
+	rm -rf $(VENV) .pytest_cache .hypothesis build $(CORE) $(foreach src,$(CORE_SOURCES),$(basename $(src)).*.so)

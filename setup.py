@@ -191,7 +191,15 @@ class OptionalBuildExt(build_ext):
         """Record what was built, from which sources: the finder's staleness check reads it."""
         path = self._manifest_path()
         path.parent.mkdir(parents=True, exist_ok=True)
-        modules = {m: {"sha256": self.hashes[m]} for m in COMPILED_MODULES if m in self.built}
+        modules = {}
+        for m in COMPILED_MODULES:
+            built = Path(self.get_ext_fullpath(m))  # where build_extension put it (copied as is in place)
+            if m in self.built and built.is_file():
+                modules[m] = {
+                    "sha256": self.hashes[m],
+                    "extension": built.name,
+                    "extension_sha256": _sha256(built),
+                }
         manifest = {"cython": self.build_key["cython"], "build_key": self.build_key, "modules": modules}
         path.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
         print(f"kvsim compiled core: {len(modules)} of {len(COMPILED_MODULES)} modules compiled ({path})")

@@ -56,7 +56,8 @@ REBUILD_HINT = "run `make venv` or `pip install -e .`"
 
 
 def source_sha256(path: Path) -> str:
-    """The hex sha256 of a source file's bytes: what setup.py records and the finder compares."""
+    """The hex sha256 of a file's bytes (a source or a built extension): what setup.py records and the
+    finder compares."""
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
@@ -83,6 +84,19 @@ def read_manifest(root: Path | None = None) -> dict:
     except (OSError, ValueError):
         return {}
     return manifest if isinstance(manifest, dict) else {}
+
+
+def _is_recorded_extension(extension: Path, entry: Mapping[str, object]) -> bool:
+    """Whether `extension` is the very file the build recorded (name and sha256).
+
+    Why both: two interpreters sharing a checkout (a 3.11 and a 3.12 venv) each build their own
+    `paged.cpython-3XX-....so`; after an edit and a rebuild under one of them, the record matches the
+    edited source while the other interpreter's extension still holds the old code. The name ties the
+    record to one interpreter's file, the hash to one build of it (~10 ms for all, once per process).
+    """
+    return entry.get("extension") == extension.name and entry.get("extension_sha256") == source_sha256(
+        extension
+    )
 
 
 class CoreState:
@@ -112,6 +126,8 @@ class CoreState:
                 self.not_built.append(name)
             elif not source.is_file() or entry.get("sha256") != source_sha256(source):
                 self.stale.append(name)
+            elif not _is_recorded_extension(extension, entry):
+                self.stale.append(name)  # built by another interpreter or copied in: not this build's
             elif not self.pure_forced:
                 self.compiled[name] = extension
 
@@ -130,7 +146,8 @@ class CoreState:
                 return "pure Python (compiled core not built)"
             return f"pure Python ({'; '.join(why)})"
         done = len(self.compiled)
-        count = f"{total} modules" if done == total else f"{done} of {total} modules"
+        noun = "module" if total == 1 else "modules"
+        count = f"{total} {noun}" if done == total else f"{done} of {total} {noun}"
         tail = f"; pure for the rest: {'; '.join(why)}" if why else ""
         return f"compiled (Cython {self.cython_version}, {count}{tail})"
 

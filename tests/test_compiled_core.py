@@ -128,7 +128,12 @@ def _fake_tree(root: Path) -> tuple[Path, Path, dict]:
     source.write_text("VALUE = 1\n")
     extension = source.with_name(f"paged{SUFFIX}")
     extension.write_bytes(b"stand-in: never loaded by these tests")
-    manifest = {"cython": "3.test", "modules": {NAME: {"sha256": compiled.source_sha256(source)}}}
+    entry = {
+        "sha256": compiled.source_sha256(source),
+        "extension": extension.name,
+        "extension_sha256": compiled.source_sha256(extension),
+    }
+    manifest = {"cython": "3.test", "modules": {NAME: entry}}
     return source, extension, manifest
 
 
@@ -154,6 +159,19 @@ def test_a_stale_extension_falls_back_to_the_source(tmp_path: Path) -> None:
     assert state.stale == [NAME] and state.compiled == {}
     assert _origin(state) == (str(source), importlib.machinery.SourceFileLoader)
     assert state.describe() == f"pure Python (compiled core stale for {NAME}: {compiled.REBUILD_HINT})"
+
+
+def test_an_extension_the_build_did_not_record_is_not_loaded(tmp_path: Path) -> None:
+    """Another interpreter's older build beside the recorded one, or a file copied over it: the source
+    is current and recorded, but this extension is not the file the build wrote."""
+    source, extension, manifest = _fake_tree(tmp_path)
+    extension.write_bytes(b"another build of an older source")
+    state = compiled.CoreState(environ={}, root=tmp_path, manifest=manifest)
+    assert state.stale == [NAME] and state.compiled == {}
+    assert _origin(state) == (str(source), importlib.machinery.SourceFileLoader)
+    manifest["modules"][NAME]["extension"] = "paged.cpython-399-other.so"
+    extension.write_bytes(b"stand-in: never loaded by these tests")
+    assert compiled.CoreState(environ={}, root=tmp_path, manifest=manifest).stale == [NAME]
 
 
 def test_kvsim_pure_forces_the_source(tmp_path: Path) -> None:
