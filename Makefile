@@ -44,12 +44,12 @@ bench: $(STAMP) $(CORE)
 
 # kvsim calibrate refuses an --output folder that does not exist (a mistyped path is not created), so
 # the target makes its own folder; on a machine without a GPU it then exits 2 naming what is missing.
-calibrate: $(STAMP) $(CORE)
+calibrate: $(STAMP)
 	mkdir -p results/calibration
 	$(VENV)/bin/kvsim calibrate --output results/calibration/profile.json
 
 # Example tables and images in README.md and docs/ (docs/generate.py says which and how); a few minutes.
-docs: $(STAMP) $(CORE)
+docs: $(STAMP)
 	MPLBACKEND=Agg $(PY) docs/generate.py $(DOCS_ARGS)
 
 # The analysis notebooks in JupyterLab (the `notebook` extra, installed on first use; not in `dev`).
