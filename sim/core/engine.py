@@ -35,9 +35,9 @@ import numpy as np
 import pandas as pd
 import simpy
 
-from allocators.base import Allocator, Layout, MemoryBreakdown
+from allocators.base import Allocator, Layout
 from sim.core.arrivals import ArrivalSource
-from sim.core.metrics import RECORD_ORDER, RequestLog, StepRecorder, TimeIntegrals
+from sim.core.metrics import RequestLog, StepRecorder, TimeIntegrals
 from sim.core.offload import OffloadLedger
 from sim.core.policy import ContinuousBatchingPolicy, SchedulePolicy
 from sim.core.protocols import StepCostModel
@@ -50,23 +50,6 @@ REQUIRED_COLUMNS: tuple[str, ...] = (
     "output_tokens",
     "max_tokens",
 )
-
-# The step records `Engine._serve` builds by position: these names, then the turn's MemoryBreakdown
-# (metrics.RECORD_ORDER); checked once here so that the two orders cannot drift apart.
-_RECORD_HEAD: tuple[str, ...] = (
-    "time_s",
-    "duration_s",
-    "step",
-    "batch_size",
-    "num_running",
-    "queue_length",
-    "prefill_tokens",
-    "decode_tokens",
-    "iterations",
-    "generated_tokens",
-)
-if RECORD_ORDER != (*_RECORD_HEAD, *MemoryBreakdown._fields):
-    raise AssertionError("Engine._serve's step records no longer follow metrics.RECORD_ORDER")
 
 
 class EngineClock(simpy.Environment):
@@ -393,7 +376,7 @@ class Engine:
             if offload is not None:
                 offload.hold(duration)
             if recorder.seen % recorder.stride == 0:
-                # a flat record in metrics.RECORD_ORDER: the step's own numbers, then its breakdown
+                # a flat record in metrics.RECORD_ORDER: metrics.RECORD_HEAD's numbers, then the breakdown
                 recorder.offer_record(
                     (
                         now,

@@ -87,10 +87,10 @@ class StepRow(NamedTuple):
 
 
 STEP_COLUMNS: tuple[str, ...] = ("step", "time_s", "duration_s", *StepRow._fields[1:])
-# The order of `StepRecorder.offer_record`'s flat tuples: the step's own numbers, then the turn's
-# `MemoryBreakdown` as it is (its fields are StepRow fields too), so the engine builds a record with one
-# tuple concatenation.
-RECORD_ORDER: tuple[str, ...] = (
+# The order of `StepRecorder.offer_record`'s flat tuples: the step's own numbers (`RECORD_HEAD`, the
+# order `Engine._serve` builds them in, by position), then the turn's `MemoryBreakdown` as it is (its
+# fields are StepRow fields too), so the engine builds a record with one tuple concatenation.
+RECORD_HEAD: tuple[str, ...] = (
     "time_s",
     "duration_s",
     "step",
@@ -101,8 +101,8 @@ RECORD_ORDER: tuple[str, ...] = (
     "decode_tokens",
     "iterations",
     "generated_tokens",
-    *MemoryBreakdown._fields,
 )
+RECORD_ORDER: tuple[str, ...] = (*RECORD_HEAD, *MemoryBreakdown._fields)
 if sorted(RECORD_ORDER) != sorted(STEP_COLUMNS):
     raise AssertionError("RECORD_ORDER must name every steps column once")
 
