@@ -2,7 +2,12 @@
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
+# Two install stamps, both named after pyproject.toml's hash: STAMP is what running kvsim needs (its
+# dependencies and the compiled core: `make demo` installs no more); DEV_STAMP adds the `dev` and `dask`
+# extras that the tests, the linters and the core's offline rebuild need (`make test`, `make lint`).
+PYPROJECT_HASH := $(shell cat pyproject.toml | sha1sum | cut -c1-12)
+STAMP := $(VENV)/.installed-$(PYPROJECT_HASH)
+DEV_STAMP := $(VENV)/.installed-dev-$(PYPROJECT_HASH)
 # The compiled core (docs/compiled_core.md): the .py modules named in allocators/compiled.py's
 # COMPILED_MODULES, and the build record setup.py writes. A listed source edited after the last build
 # rebuilds it (only the changed modules compile); a stale extension would not run anyway (the import
@@ -15,25 +20,34 @@ CORE := allocators/_compiled_core.json
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev,dask]'
+	$(PY) -m pip install -q -e .
 	@$(PY) -c "import sim; print('kvsim core:', sim.core_path())"
 	rm -f $(VENV)/.installed-*
 	touch $(STAMP)
 
+# The extras on top: pip builds the editable install again, and setup.py copies the extensions it just
+# built instead of compiling them again (their sources are unchanged).
+$(DEV_STAMP): $(STAMP)
+	$(PY) -m pip install -q -e '.[dev,dask]'
+	touch $(DEV_STAMP)
+
 # order-only on the venv: installing it builds the core too, and must not make the record look old.
-# The rebuild uses the venv's own setuptools, wheel and Cython (the `dev` extra), so it needs no package
-# index; if it fails anyway the edited modules run as Python (the finder's hash check), never stale code.
+# The rebuild uses the venv's own setuptools, wheel and Cython (the `dev` extra; a venv made by `make demo`
+# alone gets them here, from the package index), so after `make test` it needs no index; if it fails anyway
+# the edited modules run as Python (the finder's hash check), never stale code.
 $(CORE): setup.py allocators/compiled.py $(CORE_SOURCES) | $(STAMP)
+	$(PY) -c "import Cython, wheel, setuptools" 2>/dev/null || $(PY) -m pip install -q 'Cython>=3.0' wheel setuptools \
+	  || echo "warning: no Cython to rebuild the compiled core with"
 	$(PY) -m pip install -q --no-deps --no-build-isolation -e . \
 	  || echo "warning: the compiled core was not rebuilt; edited modules run as Python (run make venv again)"
 	@$(PY) -c "import sim; print('kvsim core:', sim.core_path())"
 
-venv: $(STAMP) $(CORE)
+venv: $(DEV_STAMP) $(CORE)
 
 demo: $(STAMP) $(CORE)
 	$(VENV)/bin/kvsim compare
 
-test: $(STAMP) $(CORE)
+test: $(DEV_STAMP) $(CORE)
 	$(PY) -m pytest -q
 
 # The speed benchmarks (benchmarks/README.md); results_identity.py and cost_fit.py are tools, not timings.
@@ -58,7 +72,7 @@ notebooks: $(STAMP)
 	$(PY) -c "import jupyterlab" 2>/dev/null || $(PY) -m pip install -q -e '.[notebook]'
 	$(VENV)/bin/jupyter lab notebooks/ $(JUPYTER_ARGS)
 
-lint: $(STAMP)
+lint: $(DEV_STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/lint-imports
