@@ -2,7 +2,7 @@
 
 Why a module of its own: vLLM does not size the KV cache from a formula but from a measured dummy
 pass, and which pass it runs differs between the engines kvsim models. The scenario asks this module
-for the bytes the profile reserves per GPU (`profile_reserve_bytes`); every term names what vLLM
+for the bytes the profile reserves per GPU (`profile_reserve`); every term names what vLLM
 runs and where (docs/cost_model.md "The KV budget").
 
 vLLM v1 (vllm/v1/worker/gpu_worker.py `Worker.determine_available_memory`, vllm/utils/mem_utils.py
