@@ -23,6 +23,7 @@ from allocators import AllocatorEntry, SpecWord
 from sim.engines import DEFAULT_ENGINE, EnginePolicy, engine_policy
 from sim.errors import ScenarioError
 from sim.files import json_safe
+from sim.scenario.memory_profile import profile_reserve
 from sim.scenario.overrides import check_field, deep_copy, one_line, set_dotted
 from sim.scenario.presets import (
     GPU_PRESETS,
@@ -55,11 +56,6 @@ SCENARIO_OWNED_PARAMS: dict[str, str] = {
     "window_tokens": "model",
     "prefill_chunk_tokens": "max_num_batched_tokens",
 }
-
-# Activation reserve when the KV budget is derived from gpu_memory_utilization (vLLM measures it with a
-# dummy forward pass at max_num_batched_tokens; we estimate it, see docs/cost_model.md "Presets").
-NON_TORCH_RESERVE_BYTES = 512 * 1024**2  # CUDA context, cuBLAS and NCCL workspaces
-ACTIVATION_WIDTH_HIDDENS = 10  # live activations per batched token, in units of hidden_size elements
 
 DEFAULT_NUM_PROMPTS = 1000
 
@@ -588,13 +584,17 @@ class Scenario(BaseModel):
         return math.ceil(self.model_spec().weight_bytes / self.tensor_parallel_size)
 
     def activation_reserve_bytes_per_gpu(self) -> int:
+        """What vLLM's start-up profile keeps from the KV cache besides the weights (bytes per GPU).
+
+        `activation_reserve` when set; else the estimate of sim/scenario/memory_profile.py: non-torch
+        memory plus the larger of the dummy forward pass and the dummy sampler pass.
+        """
         if self.activation_reserve is not None:
             return self.activation_reserve
-        model = self.model_spec()
-        activations = (
-            self.max_num_batched_tokens * model.hidden_size * model.dtype_bytes * ACTIVATION_WIDTH_HIDDENS
+        reserve = profile_reserve(
+            self.model_spec(), self.engine, self.max_num_batched_tokens, self.max_num_seqs
         )
-        return NON_TORCH_RESERVE_BYTES + activations
+        return reserve.total_bytes
 
     def kv_budget_bytes_per_gpu(self) -> int:
         """kv_cache_memory, else memory x utilization - weights/TP - activation reserve (may be <= 0)."""
