@@ -66,9 +66,15 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "flops_efficiency_scale": (0.25, 1.25),
     "overhead_scale": (0.0, 4.0),
     "stream_chunk_s": (0.0, 1e-3),
+    "output_service_s": (0.0, 2e-3),
+    "frontend_turn_share": (0.0, 1.0),
 }
 # Terms a profile may leave out (written before they existed), with the value that changes nothing.
-OPTIONAL_TERMS: dict[str, float] = {"stream_chunk_s": 0.0}
+OPTIONAL_TERMS: dict[str, float] = {
+    "stream_chunk_s": 0.0,
+    "output_service_s": 0.0,
+    "frontend_turn_share": 1.0,
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +86,8 @@ class ServerTerms:
     flops_efficiency_scale: float = 1.0
     overhead_scale: float = 1.0
     stream_chunk_s: float = 0.0
+    output_service_s: float = 0.0
+    frontend_turn_share: float = 1.0
     # The serving stack (not fitted; None: the engine preset's own, see `stack_settings`):
     custom_all_reduce: bool | None = None  # vLLM's custom all-reduce on NVLink (else NCCL)
     ray_workers: bool | None = None  # TP workers driven over Ray (the v0 preset's measured overhead)
@@ -346,26 +354,50 @@ def busy_period_ends_s(send_s: np.ndarray, leave_s: np.ndarray) -> np.ndarray:
     A busy period ends at leave[j] when the next request arrives later (send[j+1] > leave[j]) or j is
     the last; request i's period ends at the first such j >= i (a reversed running minimum).
     """
-    ends = np.full(leave_s.size, np.inf)
+    return leave_s[_busy_period_last_index(send_s, leave_s)]
+
+
+def _busy_period_last_index(send_s: np.ndarray, leave_s: np.ndarray) -> np.ndarray:
+    """For each request, the index of the last request of its busy period (see busy_period_ends_s)."""
+    last = np.full(leave_s.size, leave_s.size - 1, dtype=np.int64)
     idle_after = np.append(send_s[1:] > leave_s[:-1], True)
-    ends[idle_after] = leave_s[idle_after]
-    return np.minimum.accumulate(ends[::-1])[::-1]
+    last[idle_after] = np.flatnonzero(idle_after)
+    return np.minimum.accumulate(last[::-1])[::-1]
+
+
+def interleaved_leave_s(
+    send_s: np.ndarray, leave_s: np.ndarray, service_s: float, turn_share: float
+) -> np.ndarray:
+    """When each request leaves a front end whose loop takes pending requests in turn.
+
+    Each request's work `service_s` ends with a last turn of `turn_share` x `service_s` (the part
+    after its handler's last suspension, ending in the hand-off to the engine). An event loop that
+    runs ready tasks in turn does the earlier parts of every pending request first, then the last
+    turns in order, so within a busy period request i leaves at end - turn_share x s x (requests of
+    the period after i). 1 gives the FIFO queue (`leave_s`), 0 the end of the busy period for all.
+    Never earlier than the FIFO leave time.
+    """
+    last = _busy_period_last_index(send_s, leave_s)
+    after = last - np.arange(leave_s.size)
+    return np.maximum(leave_s, leave_s[last] - turn_share * service_s * after)
 
 
 def frontend_arrivals(
-    requests: Any, service_s: float, blocking: bool = False
+    requests: Any, service_s: float, blocking: bool = False, turn_share: float = 1.0
 ) -> tuple[Any, np.ndarray | None]:
     """The request table as the engine sees it behind the front end's serial queue, and each
     request's time in that queue (indexed by request_id); (the table, None) when nothing changes.
 
     Pipelined (v1, `blocking` False): a request reaches the engine when the front end is done with
-    it (`frontend_queue_s`). In the engine's process (v0, `blocking` True): the event loop handles
-    every pending request before the engine loop runs again, so the requests of one busy period all
-    reach the engine when it ends (`busy_period_ends_s`): a burst of 320 requests at 3 ms each starts
-    its first prefill ~1 s late, as measured (../shared/bench/vllm_bench: the first TTFTs of a burst
-    are ~1 s). The engine's steps during a busy period are not slowed (an approximation).
-    A closed loop's arrivals are made by the engine's own arrival source, so it is left as is
-    (`kvsim bench replay` adds the front end to its think time instead).
+    it (`frontend_queue_s`), or, with `turn_share` < 1, when the loop reaches its last turn among a
+    burst's interleaved requests (`interleaved_leave_s`). In the engine's process (v0, `blocking`
+    True): the event loop handles every pending request before the engine loop runs again, so the
+    requests of one busy period all reach the engine when it ends (`busy_period_ends_s`): a burst of
+    320 requests at 3 ms each starts its first prefill ~1 s late, as measured
+    (../shared/bench/vllm_bench: the first TTFTs of a burst are ~1 s). The engine's steps during a
+    busy period are not slowed (an approximation). A closed loop's arrivals are made by the engine's
+    own arrival source, so it is left as is (`kvsim bench replay` adds the front end to its think
+    time instead).
     """
     if service_s == 0.0 or requests.attrs.get("closed_loop") is not None or len(requests) == 0:
         return requests, None
@@ -373,6 +405,8 @@ def frontend_arrivals(
     leave = frontend_queue_s(send, service_s)
     if blocking:
         leave = busy_period_ends_s(send, leave)
+    elif turn_share < 1.0:
+        leave = interleaved_leave_s(send, leave, service_s, turn_share)
     ids = requests["request_id"].to_numpy()
     queued = np.zeros(int(ids.max()) + 1)
     queued[ids] = leave - send
