@@ -2,7 +2,7 @@
 
 Why they exist: the operator fits (sim/cost/fit.py) are within 10 % on measured GEMM files, yet a
 whole server replayed against measured `vllm bench serve` runs was off by 16-44 % (issue 21). What
-is missing is not one operator but the server around them, and it is modelled with five
+is missing is not one operator but the server around them, and it is modelled with seven
 interpretable coefficients, each with bounds and a physical meaning, plus three serving-stack
 switches (`stack_settings`, `frontend_blocks_engine`):
 
@@ -33,6 +33,18 @@ switches (`stack_settings`, `frontend_blocks_engine`):
   runs `AsyncLLMEngine.run_engine_loop`). Where the stream is coalesced (many tokens per chunk) the
   cost is spread and the term is 0. Bounds [0, 1 ms]; 0 in every shipped entry, optional in a
   profile (absent: 0).
+- `frontend_turn_share`: the share of a request's intake (`frontend_service_s`) done in its handler's
+  last turn on vLLM v1's API-server event loop. Each request is its own asyncio task that suspends
+  several times before the engine core sees it (chat template and tokenisation,
+  vllm/entrypoints/openai/serving_chat.py `_preprocess_chat`; `AsyncLLM.add_request` ->
+  `EngineCoreClient.add_request_async`, vllm/v1/engine/async_llm.py), and asyncio runs ready tasks in
+  turn, so a burst's handlers advance together and reach the engine over the last `turn_share` of
+  the loop's busy period (`interleaved_leave_s`). 1: one request after another (the FIFO queue);
+  0: all at the end. Bounds [0, 1]; optional in a profile (absent: 1, the FIFO queue as before).
+- `output_service_s`: the loop's time per request-output of a step (`AsyncLLM.output_handler` ->
+  `OutputProcessor.process_outputs`, then the request's stream), on the same loop as the intake;
+  a client sees a token when the loop has delivered it (sim/cost/output_path.py). Bounds [0, 2 ms];
+  optional in a profile (absent: 0).
 
 `ServerTerms.neutral()` changes nothing (the paper default and every run without a bench profile
 keep their results). `kvsim bench replay` uses `shipped_terms(engine, gpu)` unless given
@@ -165,11 +177,13 @@ def check_terms(values: dict[str, Any], where: str) -> dict[str, float]:
 #   The earlier-script runs keep these GPU-side terms with their own front end and stream cost
 #   (sim/bench/lambda_set.py EARLIER_TERMS).
 # - vllm-v1: the gpustack rows of ../shared/bench/published.csv (vLLM 0.11, `vllm serve` defaults;
-#   sim/bench/published_set.py), H100 fitted on its 14 rows; the front end is the API server's
-#   (CPU), so the A100 keeps the H100 fit's two front-end terms (the A100 rows have no low-load run
-#   to identify them) and fits only its FLOP scale (1.0 over 0.45-1.0). The H100 v1 values sit on
-#   edges of sim/bench/published_set.py's grid (flops_efficiency_scale 0.45 its lowest point,
-#   frontend_service_s 0.02 its highest): limits of the grid searched, not interior minima.
+#   sim/bench/published_set.py), H100 fitted on its 14 rows over PUBLISHED_GRID, with the API-server
+#   loop modelled (a burst taken in together, `frontend_turn_share`; outputs through the same loop,
+#   `output_service_s`); the front end is the API server's (CPU), so the A100 keeps the H100 fit's
+#   front-end terms (the A100 rows have no low-load run to identify them) and fits only its FLOP
+#   scale (1.0 over 0.35-1.0). On the grid's edges: frontend_turn_share 0.25 (its lowest point) and
+#   output_service_s 0.1 ms (its highest); frontend_service_s 15 ms and the FLOP scale 0.6 are
+#   interior. Before the loop was modelled: 20 ms per request, FIFO, FLOP scale 0.45.
 # Other engine/GPU pairs get neutral terms (the operator model alone).
 _V0_STACK: dict[str, Any] = {
     "custom_all_reduce": True,
@@ -192,16 +206,20 @@ SHIPPED_TERMS: dict[tuple[str, str], dict[str, Any]] = {
         **_V0_STACK,
     },
     ("vllm-v1", "A100-80GB"): {
-        "frontend_s": 0.042,
-        "frontend_service_s": 0.02,
+        "frontend_s": 0.043,
+        "frontend_service_s": 0.015,
         "flops_efficiency_scale": 1.0,
         "overhead_scale": 1.0,
+        "frontend_turn_share": 0.25,
+        "output_service_s": 1e-4,
     },
     ("vllm-v1", "H100-80GB"): {
-        "frontend_s": 0.042,
-        "frontend_service_s": 0.02,
-        "flops_efficiency_scale": 0.45,
+        "frontend_s": 0.043,
+        "frontend_service_s": 0.015,
+        "flops_efficiency_scale": 0.6,
         "overhead_scale": 1.0,
+        "frontend_turn_share": 0.25,
+        "output_service_s": 1e-4,
     },
 }
 
