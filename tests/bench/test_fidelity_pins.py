@@ -84,6 +84,7 @@ RATIOS = [
     ("Qwen3-14B random fixed 128 in / 4 out", 1.179, 1.432),
 ]
 
+
 def test_lambda_set_figures_are_pinned() -> None:
     results = replay_set(load_set(SHARED_BENCH / "vllm_bench"))
     assert {r.name: r.mape_pct() for r in results} == pytest.approx(LAMBDA_FILE_MAPE, abs=TOLERANCE_PCT)
