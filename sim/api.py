@@ -16,13 +16,15 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 import sim
 from sim.core.engine import EngineConfig, run_engine
 from sim.core.metrics import summarize
 from sim.cost.model import CostModel
-from sim.cost.server import ServerTerms, add_frontend_latency, frontend_arrivals
+from sim.cost.output_path import apply_output_path, intake_jobs
+from sim.cost.server import ServerTerms, add_frontend_latency, frontend_arrivals, scenario_terms
 from sim.results import Run
 from sim.scenario.scenario import Scenario
 
@@ -124,14 +126,26 @@ def simulate(
     wall_start = time.perf_counter()
     requests = workload if workload is not None else scenario.load_workload()
     allocator = scenario.make_allocator()
-    cost = CostModel.from_scenario(scenario, server=server)
+    terms = scenario_terms(scenario) if server is None else server
+    cost = CostModel.from_scenario(scenario, server=terms)
     config = engine_config(scenario, multi_step=multi_step)
     label = scenario.allocator.label
-    engine_view, queued_s = frontend_arrivals(requests, cost.frontend_service_s, cost.frontend_blocks_engine)
+    engine_view, queued_s = frontend_arrivals(
+        requests, cost.frontend_service_s, cost.frontend_blocks_engine, terms.frontend_turn_share
+    )
     with _progress_bar(progress, len(requests), label) as update:
         result = run_engine(
             engine_view, allocator, cost, config, progress=update, kv_read_time_s=cost.kv_read_time_s
         )
+    if terms.output_service_s:
+        # the outputs pass through the same loop as the intake (sim/cost/output_path.py)
+        intake = None
+        if queued_s is not None:
+            send_s = requests["arrival_s"].to_numpy(np.float64)
+            leave_s = send_s + queued_s[requests["request_id"].to_numpy()]
+            share = 0.0 if cost.frontend_blocks_engine else terms.frontend_turn_share
+            intake = intake_jobs(send_s, leave_s, cost.frontend_service_s, share)
+        apply_output_path(result.requests, result.steps, result.totals, terms.output_service_s, intake)
     add_frontend_latency(result.requests, cost.frontend_s, queued_s)
     wall_s = time.perf_counter() - wall_start
     metrics = summarize(

@@ -37,11 +37,16 @@ QWEN3_CONFIGS: dict[str, dict[str, Any]] = {
 }  # fmt: skip
 # The grid the shipped vllm-v1 terms were fitted on: vLLM v1's exposed step overhead is small
 # (sim/cost/overhead.py), so its scale stays 1; the front end's serial work can reach tens of ms
-# per request on the chat endpoint (128-in/4-out runs top out at 20-44 req/s).
+# per request on the chat endpoint (128-in/4-out runs top out at 20-44 req/s). The API-server loop
+# (sim/cost/server.py `interleaved_leave_s`, sim/cost/output_path.py): the share of a request's intake
+# in its handler's last turn (1: one request after another, as before the loop was modelled) and the
+# loop's time per request-output.
 PUBLISHED_GRID: dict[str, tuple[float, ...]] = {
-    "frontend_service_s": (0.0, 0.01, 0.02, 0.03),
+    "frontend_service_s": (0.01, 0.015, 0.02, 0.03),
     "flops_efficiency_scale": (0.35, 0.45, 0.6, 0.8, 1.0),
     "overhead_scale": (1.0,),
+    "frontend_turn_share": (0.25, 0.5, 1.0),
+    "output_service_s": (0.0, 1e-4),
 }
 # The ShareGPT sample the ShareGPT rows are drawn from (Llama-3-8B-Instruct, vllm bench's sampler).
 SHAREGPT_SAMPLE = "1xH100-80GB-SXM/Meta-Llama-3-8B-Instruct_tp1_len2048.json"

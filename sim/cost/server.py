@@ -2,7 +2,7 @@
 
 Why they exist: the operator fits (sim/cost/fit.py) are within 10 % on measured GEMM files, yet a
 whole server replayed against measured `vllm bench serve` runs was off by 16-44 % (issue 21). What
-is missing is not one operator but the server around them, and it is modelled with five
+is missing is not one operator but the server around them, and it is modelled with seven
 interpretable coefficients, each with bounds and a physical meaning, plus three serving-stack
 switches (`stack_settings`, `frontend_blocks_engine`):
 
@@ -33,6 +33,18 @@ switches (`stack_settings`, `frontend_blocks_engine`):
   runs `AsyncLLMEngine.run_engine_loop`). Where the stream is coalesced (many tokens per chunk) the
   cost is spread and the term is 0. Bounds [0, 1 ms]; 0 in every shipped entry, optional in a
   profile (absent: 0).
+- `frontend_turn_share`: the share of a request's intake (`frontend_service_s`) done in its handler's
+  last turn on vLLM v1's API-server event loop. Each request is its own asyncio task that suspends
+  several times before the engine core sees it (chat template and tokenisation,
+  vllm/entrypoints/openai/serving_chat.py `_preprocess_chat`; `AsyncLLM.add_request` ->
+  `EngineCoreClient.add_request_async`, vllm/v1/engine/async_llm.py), and asyncio runs ready tasks in
+  turn, so a burst's handlers advance together and reach the engine over the last `turn_share` of
+  the loop's busy period (`interleaved_leave_s`). 1: one request after another (the FIFO queue);
+  0: all at the end. Bounds [0, 1]; optional in a profile (absent: 1, the FIFO queue as before).
+- `output_service_s`: the loop's time per request-output of a step (`AsyncLLM.output_handler` ->
+  `OutputProcessor.process_outputs`, then the request's stream), on the same loop as the intake;
+  a client sees a token when the loop has delivered it (sim/cost/output_path.py). Bounds [0, 2 ms];
+  optional in a profile (absent: 0).
 
 `ServerTerms.neutral()` changes nothing (the paper default and every run without a bench profile
 keep their results). `kvsim bench replay` uses `shipped_terms(engine, gpu)` unless given
@@ -66,9 +78,15 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "flops_efficiency_scale": (0.25, 1.25),
     "overhead_scale": (0.0, 4.0),
     "stream_chunk_s": (0.0, 1e-3),
+    "output_service_s": (0.0, 2e-3),
+    "frontend_turn_share": (0.0, 1.0),
 }
 # Terms a profile may leave out (written before they existed), with the value that changes nothing.
-OPTIONAL_TERMS: dict[str, float] = {"stream_chunk_s": 0.0}
+OPTIONAL_TERMS: dict[str, float] = {
+    "stream_chunk_s": 0.0,
+    "output_service_s": 0.0,
+    "frontend_turn_share": 1.0,
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +98,8 @@ class ServerTerms:
     flops_efficiency_scale: float = 1.0
     overhead_scale: float = 1.0
     stream_chunk_s: float = 0.0
+    output_service_s: float = 0.0
+    frontend_turn_share: float = 1.0
     # The serving stack (not fitted; None: the engine preset's own, see `stack_settings`):
     custom_all_reduce: bool | None = None  # vLLM's custom all-reduce on NVLink (else NCCL)
     ray_workers: bool | None = None  # TP workers driven over Ray (the v0 preset's measured overhead)
@@ -157,11 +177,13 @@ def check_terms(values: dict[str, Any], where: str) -> dict[str, float]:
 #   The earlier-script runs keep these GPU-side terms with their own front end and stream cost
 #   (sim/bench/lambda_set.py EARLIER_TERMS).
 # - vllm-v1: the gpustack rows of ../shared/bench/published.csv (vLLM 0.11, `vllm serve` defaults;
-#   sim/bench/published_set.py), H100 fitted on its 14 rows; the front end is the API server's
-#   (CPU), so the A100 keeps the H100 fit's two front-end terms (the A100 rows have no low-load run
-#   to identify them) and fits only its FLOP scale (1.0 over 0.45-1.0). The H100 v1 values sit on
-#   edges of sim/bench/published_set.py's grid (flops_efficiency_scale 0.45 its lowest point,
-#   frontend_service_s 0.02 its highest): limits of the grid searched, not interior minima.
+#   sim/bench/published_set.py), H100 fitted on its 14 rows over PUBLISHED_GRID, with the API-server
+#   loop modelled (a burst taken in together, `frontend_turn_share`; outputs through the same loop,
+#   `output_service_s`); the front end is the API server's (CPU), so the A100 keeps the H100 fit's
+#   front-end terms (the A100 rows have no low-load run to identify them) and fits only its FLOP
+#   scale (1.0 over 0.35-1.0). On the grid's edges: frontend_turn_share 0.25 (its lowest point) and
+#   output_service_s 0.1 ms (its highest); frontend_service_s 15 ms and the FLOP scale 0.6 are
+#   interior. Before the loop was modelled: 20 ms per request, FIFO, FLOP scale 0.45.
 # Other engine/GPU pairs get neutral terms (the operator model alone).
 _V0_STACK: dict[str, Any] = {
     "custom_all_reduce": True,
@@ -184,16 +206,20 @@ SHIPPED_TERMS: dict[tuple[str, str], dict[str, Any]] = {
         **_V0_STACK,
     },
     ("vllm-v1", "A100-80GB"): {
-        "frontend_s": 0.042,
-        "frontend_service_s": 0.02,
+        "frontend_s": 0.043,
+        "frontend_service_s": 0.015,
         "flops_efficiency_scale": 1.0,
         "overhead_scale": 1.0,
+        "frontend_turn_share": 0.25,
+        "output_service_s": 1e-4,
     },
     ("vllm-v1", "H100-80GB"): {
-        "frontend_s": 0.042,
-        "frontend_service_s": 0.02,
-        "flops_efficiency_scale": 0.45,
+        "frontend_s": 0.043,
+        "frontend_service_s": 0.015,
+        "flops_efficiency_scale": 0.6,
         "overhead_scale": 1.0,
+        "frontend_turn_share": 0.25,
+        "output_service_s": 1e-4,
     },
 }
 
@@ -346,26 +372,50 @@ def busy_period_ends_s(send_s: np.ndarray, leave_s: np.ndarray) -> np.ndarray:
     A busy period ends at leave[j] when the next request arrives later (send[j+1] > leave[j]) or j is
     the last; request i's period ends at the first such j >= i (a reversed running minimum).
     """
-    ends = np.full(leave_s.size, np.inf)
+    return leave_s[_busy_period_last_index(send_s, leave_s)]
+
+
+def _busy_period_last_index(send_s: np.ndarray, leave_s: np.ndarray) -> np.ndarray:
+    """For each request, the index of the last request of its busy period (see busy_period_ends_s)."""
+    last = np.full(leave_s.size, leave_s.size - 1, dtype=np.int64)
     idle_after = np.append(send_s[1:] > leave_s[:-1], True)
-    ends[idle_after] = leave_s[idle_after]
-    return np.minimum.accumulate(ends[::-1])[::-1]
+    last[idle_after] = np.flatnonzero(idle_after)
+    return np.minimum.accumulate(last[::-1])[::-1]
+
+
+def interleaved_leave_s(
+    send_s: np.ndarray, leave_s: np.ndarray, service_s: float, turn_share: float
+) -> np.ndarray:
+    """When each request leaves a front end whose loop takes pending requests in turn.
+
+    Each request's work `service_s` ends with a last turn of `turn_share` x `service_s` (the part
+    after its handler's last suspension, ending in the hand-off to the engine). An event loop that
+    runs ready tasks in turn does the earlier parts of every pending request first, then the last
+    turns in order, so within a busy period request i leaves at end - turn_share x s x (requests of
+    the period after i). 1 gives the FIFO queue (`leave_s`), 0 the end of the busy period for all.
+    Never earlier than the FIFO leave time.
+    """
+    last = _busy_period_last_index(send_s, leave_s)
+    after = last - np.arange(leave_s.size)
+    return np.maximum(leave_s, leave_s[last] - turn_share * service_s * after)
 
 
 def frontend_arrivals(
-    requests: Any, service_s: float, blocking: bool = False
+    requests: Any, service_s: float, blocking: bool = False, turn_share: float = 1.0
 ) -> tuple[Any, np.ndarray | None]:
     """The request table as the engine sees it behind the front end's serial queue, and each
     request's time in that queue (indexed by request_id); (the table, None) when nothing changes.
 
     Pipelined (v1, `blocking` False): a request reaches the engine when the front end is done with
-    it (`frontend_queue_s`). In the engine's process (v0, `blocking` True): the event loop handles
-    every pending request before the engine loop runs again, so the requests of one busy period all
-    reach the engine when it ends (`busy_period_ends_s`): a burst of 320 requests at 3 ms each starts
-    its first prefill ~1 s late, as measured (../shared/bench/vllm_bench: the first TTFTs of a burst
-    are ~1 s). The engine's steps during a busy period are not slowed (an approximation).
-    A closed loop's arrivals are made by the engine's own arrival source, so it is left as is
-    (`kvsim bench replay` adds the front end to its think time instead).
+    it (`frontend_queue_s`), or, with `turn_share` < 1, when the loop reaches its last turn among a
+    burst's interleaved requests (`interleaved_leave_s`). In the engine's process (v0, `blocking`
+    True): the event loop handles every pending request before the engine loop runs again, so the
+    requests of one busy period all reach the engine when it ends (`busy_period_ends_s`): a burst of
+    320 requests at 3 ms each starts its first prefill ~1 s late, as measured
+    (../shared/bench/vllm_bench: the first TTFTs of a burst are ~1 s). The engine's steps during a
+    busy period are not slowed (an approximation). A closed loop's arrivals are made by the engine's
+    own arrival source, so it is left as is (`kvsim bench replay` adds the front end to its think
+    time instead).
     """
     if service_s == 0.0 or requests.attrs.get("closed_loop") is not None or len(requests) == 0:
         return requests, None
@@ -373,6 +423,8 @@ def frontend_arrivals(
     leave = frontend_queue_s(send, service_s)
     if blocking:
         leave = busy_period_ends_s(send, leave)
+    elif turn_share < 1.0:
+        leave = interleaved_leave_s(send, leave, service_s, turn_share)
     ids = requests["request_id"].to_numpy()
     queued = np.zeros(int(ids.max()) + 1)
     queued[ids] = leave - send
