@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from allocators.base import BREAKDOWN_PARTS, MemoryBreakdown
-from allocators.seq_kernels import final_block_terms, jump_scan
+from allocators.seq_kernels import final_block_terms, jump_scan, typed_view
 
 if TYPE_CHECKING:
     from allocators.paged import PagedAllocator
@@ -38,7 +38,7 @@ INTEGRATED_PARTS: tuple[str, ...] = (*BREAKDOWN_PARTS, "cached")
 
 _FLOAT_ARANGE = np.arange(1024, dtype=np.float64)
 _FLOAT_ARANGE.flags.writeable = False
-_ROOM_SCRATCH: dict[int, np.ndarray] = {}
+_ROOM_SCRATCH: dict[int, object] = {}
 
 
 def _float_arange(count: int) -> np.ndarray:
@@ -54,11 +54,12 @@ def _float_arange(count: int) -> np.ndarray:
     return _FLOAT_ARANGE[:count]
 
 
-def _room_scratch(block_size: int) -> np.ndarray:
-    """Scratch int64 of `block_size` entries for seq_kernels.jump_scan's per-room counts (it zeroes it)."""
+def _room_scratch(block_size: int) -> object:
+    """Scratch int64 of `block_size` entries for seq_kernels.jump_scan's per-room counts (it zeroes it),
+    as a kept typed view (seq_kernels.typed_view)."""
     scratch = _ROOM_SCRATCH.get(block_size)
     if scratch is None:
-        scratch = _ROOM_SCRATCH[block_size] = np.zeros(block_size, dtype=np.int64)
+        scratch = _ROOM_SCRATCH[block_size] = typed_view(np.zeros(block_size, dtype=np.int64))
     return scratch
 
 
@@ -125,12 +126,7 @@ def paged_breakdown_integral(
     # appended by iteration i are the per-room counts, cumulated, in float64 (block counts, exact
     # below 2**53) so the dot with the durations needs no cast.
     appended = np.empty(steps)
-    lengths, final, num_blocks, block_from = (
-        alloc.lengths_tokens,
-        alloc.final_tokens,
-        alloc.num_seq_blocks,
-        alloc.final_block_from_tokens,
-    )
+    lengths, _, _, num_blocks, _, final, block_from, tail, _ = alloc._views or alloc._make_views()
     min_remaining, all_small, min_start = jump_scan(
         lengths, final, num_blocks, block_from, seq_ids, bs, steps, _room_scratch(bs), appended
     )
@@ -151,7 +147,7 @@ def paged_breakdown_integral(
             final,
             num_blocks,
             block_from,
-            alloc.final_tail_tokens,
+            tail,
             seq_ids,
             bs,
             steps,

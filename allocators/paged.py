@@ -36,7 +36,14 @@ from allocators.jump_integral import paged_breakdown_integral
 from allocators.ledger import DuplicateLedger
 from allocators.prefix_keys import block_pieces, extended_block_keys, sequence_block_keys
 from allocators.seq_arrays import ceil_div, check_live_seq, check_new_seq, ensure_rows, grown
-from allocators.seq_kernels import grow_quiet, lean_append, lean_columns, longest_length, take_row_reversed
+from allocators.seq_kernels import (
+    grow_quiet,
+    lean_append,
+    lean_columns,
+    longest_length,
+    take_row_reversed,
+    typed_view,
+)
 
 _EMPTY_IDS = np.zeros(0, dtype=np.int64)
 # Up to this many sequences crossing a block boundary in one grow are served by a scalar loop
@@ -241,6 +248,11 @@ class PagedAllocator(AllocatorBase):
         self._tables = np.full((0, 8), -1, dtype=np.int32)
         self._free_slots: list[int] = []
         self._next_slot = 0
+        # Typed views (seq_kernels.typed_view) of lengths, quiet limits, lean caps, block counts, table
+        # slots, final lengths, final_block_from, final tails and the block table, in that order, for
+        # the typed loops; None after any of those arrays is replaced (`_ensure_rows`, `_ensure_columns`,
+        # `_take_slot`), rebuilt by `_make_views` when next needed.
+        self._views: tuple | None = None
 
     # ---- per-sequence arrays -------------------------------------------------------------
     # Every array indexed by seq id, with its "no sequence" value (seq_arrays.ensure_rows keeps them in step).
@@ -259,7 +271,9 @@ class PagedAllocator(AllocatorBase):
     }
 
     def _ensure_rows(self, seq_id: int) -> None:
-        ensure_rows(self, seq_id, self._ROW_FILLS)
+        if seq_id >= self.live.shape[0]:  # the arrays are replaced by longer ones
+            ensure_rows(self, seq_id, self._ROW_FILLS)
+            self._views = None
 
     def _ensure_columns(self, num_blocks: int) -> None:
         cols = self._tables.shape[1]
@@ -269,6 +283,32 @@ class PagedAllocator(AllocatorBase):
         table = np.full((self._tables.shape[0], new_cols), -1, dtype=np.int32)
         table[:, :cols] = self._tables
         self._tables = table
+        self._views = None
+
+    def _make_views(self) -> tuple:
+        """`_views`, made afresh from the current arrays (after one was replaced)."""
+        self._views = tuple(
+            typed_view(array)
+            for array in (
+                self.lengths_tokens,
+                self.quiet_limit_tokens,
+                self._lean_cap_tokens,
+                self.num_seq_blocks,
+                self.table_slot,
+                self.final_tokens,
+                self.final_block_from_tokens,
+                self.final_tail_tokens,
+                self._tables,
+            )
+        )
+        return self._views
+
+    def __getstate__(self) -> dict:
+        """State without the typed views (deepcopy, as the jump integral's stepped reference takes,
+        and pickling): a copy makes its own from its own arrays."""
+        state = self.__dict__.copy()
+        state["_views"] = None
+        return state
 
     def _take_slot(self, seq_id: int) -> int:
         """A block-table row for a new live sequence (reusing released rows first)."""
@@ -277,7 +317,9 @@ class PagedAllocator(AllocatorBase):
         else:
             slot = self._next_slot
             self._next_slot += 1
-            self._tables = grown(self._tables, slot + 1, -1)
+            if slot >= self._tables.shape[0]:
+                self._tables = grown(self._tables, slot + 1, -1)
+                self._views = None
         self.table_slot[seq_id] = slot
         return slot
 
@@ -596,7 +638,8 @@ class PagedAllocator(AllocatorBase):
         if seq_ids.size == 1 and not self._num_cow_flagged and self.live.item(seq_ids.item(0)):
             return self._grow_single(seq_ids.item(0), num_tokens)  # a prefill chunk
         # lengths[ids] += num_tokens, and the sequences grown past their quiet limit, in one loop
-        events = grow_quiet(self.lengths_tokens, self.quiet_limit_tokens, seq_ids, num_tokens)
+        views = self._views or self._make_views()
+        events = grow_quiet(views[0], views[1], seq_ids, num_tokens)
         self._stored_tokens += seq_ids.size * num_tokens
         if not events:
             return _EMPTY_IDS
@@ -777,19 +820,19 @@ class PagedAllocator(AllocatorBase):
         pool = self.pool
         if count > pool.queue.num_free:
             return False
-        caps = self._lean_cap_tokens
-        columns = lean_columns(self.lengths_tokens, caps, self.num_seq_blocks, seq_ids)
+        lengths, quiet, caps, num_blocks, slots, final, _, _, _ = self._views or self._make_views()
+        columns = lean_columns(lengths, caps, num_blocks, seq_ids)
         if columns < 0:  # someone (already grown) is past its lean cap
             return False
         blocks = pool.allocate_few(count)
         if columns > self._tables.shape[1]:
             self._ensure_columns(columns)
         self._never_tokens += lean_append(
-            self._tables,
-            self.num_seq_blocks,
-            self.table_slot,
-            self.final_tokens,
-            self.quiet_limit_tokens,
+            (self._views or self._make_views())[8],  # after _ensure_columns, which may replace the table
+            num_blocks,
+            slots,
+            final,
+            quiet,
             caps,
             seq_ids,
             blocks,
@@ -871,7 +914,10 @@ class PagedAllocator(AllocatorBase):
         if seq_ids.size == 0:
             return int(limit)
         if self.max_model_len is not None:
-            limit = min(int(limit), self.max_model_len - longest_length(self.lengths_tokens, seq_ids))
+            limit = min(
+                int(limit),
+                self.max_model_len - longest_length((self._views or self._make_views())[0], seq_ids),
+            )
             if limit <= 0:
                 return 0
         # Each sequence needs at most ceil(limit / block_size) new blocks (lengths never exceed the
@@ -941,7 +987,9 @@ class PagedAllocator(AllocatorBase):
         elif self._tier_next_block:
             self._tier_next_block.pop(seq_id, None)
         blocks = np.empty(count, dtype=np.int64)  # tail first: evicted first
-        take_row_reversed(self._tables, slot, count, blocks)  # and empties the row (-1)
+        take_row_reversed(
+            (self._views or self._make_views())[8], slot, count, blocks
+        )  # and empties the row (-1)
         freed = self.pool.release(blocks)
         if self._block_content:  # as _drop_content, without the call when nothing is named
             self._drop_content(freed)

@@ -24,6 +24,39 @@ except ImportError:  # Cython is a build requirement, not a runtime one
 import numpy as np
 
 
+@cython.locals(array=cython.longlong[:])
+def _int64_view(array: np.ndarray) -> object:
+    return array
+
+
+@cython.locals(array=cython.int[:])
+def _int32_view(array: np.ndarray) -> object:
+    return array
+
+
+@cython.locals(array=cython.int[:, :])
+def _int32_table_view(array: np.ndarray) -> object:
+    return array
+
+
+def typed_view(array: np.ndarray) -> object:
+    """A typed memoryview of `array` (int64 or int32, 1-D, or an int32 table) for the loops here.
+
+    Why: a loop acquires a typed view of each array argument, ~0.2 us from a NumPy array but a
+    fraction of that from a view of the same type, so an owner of long-lived arrays (the paged
+    allocator's per-sequence arrays and block table) keeps their views and passes those. A view writes
+    through to its array and keeps it alive; the owner must make a new one when it replaces the array.
+    As Python (`cython.compiled` false) the array itself.
+    """
+    if not cython.compiled:
+        return array
+    if array.ndim == 2:
+        return _int32_table_view(array)
+    if array.dtype == np.int32:
+        return _int32_view(array)
+    return _int64_view(array)
+
+
 @cython.locals(
     lengths=cython.longlong[:],
     quiet=cython.const_longlong[:],

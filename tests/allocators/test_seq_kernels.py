@@ -186,3 +186,40 @@ def test_lean_append_and_release_loops(kernels: ModuleType, batch: dict) -> None
     num_freed = kernels.drop_refs(refcount, released, freed)
     assert np.array_equal(freed[:num_freed], released[expected_left == 0])
     assert np.array_equal(refcount[released], expected_left)
+
+
+@KERNELS
+def test_typed_views_write_through(kernels: ModuleType) -> None:
+    """A kept view (what the paged allocator passes) reads and writes its array, 1-D and table alike."""
+    lengths = np.zeros(6, dtype=np.int64)
+    quiet = np.full(6, 3, dtype=np.int64)
+    events = kernels.grow_quiet(
+        kernels.typed_view(lengths), kernels.typed_view(quiet), np.array([4, 1], dtype=np.int64), 5
+    )
+    assert [int(x) for x in events] == [4, 1]
+    assert lengths.tolist() == [0, 5, 0, 0, 5, 0]
+    table = np.full((2, 3), -1, dtype=np.int32)
+    table[1] = [7, 8, 9]
+    row = np.empty(3, dtype=np.int64)
+    kernels.take_row_reversed(kernels.typed_view(table), 1, 3, row)
+    assert row.tolist() == [9, 8, 7] and table[1].tolist() == [-1, -1, -1]
+    refcount = np.ones(4, dtype=np.int32)
+    freed = np.empty(2, dtype=np.int64)
+    assert kernels.drop_refs(kernels.typed_view(refcount), np.array([3, 0]), freed) == 2
+    assert freed.tolist() == [3, 0] and refcount.tolist() == [0, 1, 1, 0]
+
+
+def test_a_deep_copied_paged_allocator_makes_its_own_views() -> None:
+    """The jump integral's stepped reference grows a deep copy: never through the original's views."""
+    import copy
+
+    from allocators.base import SeqSpec
+    from allocators.paged import PagedAllocator
+
+    alloc = PagedAllocator("paged", 4096, 16)
+    assert alloc.admit(SeqSpec(0, 20, 0, 100))
+    alloc.grow(np.array([0]), 1)
+    probe = copy.deepcopy(alloc)
+    assert probe.grow(np.array([0]), 30).size == 0
+    assert int(alloc.lengths_tokens[0]) == 21 and int(probe.lengths_tokens[0]) == 51
+    assert alloc.state_snapshot() != probe.state_snapshot()
