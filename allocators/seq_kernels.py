@@ -335,3 +335,59 @@ def drop_refs(refcount: np.ndarray, blocks: np.ndarray, freed: np.ndarray) -> in
             freed[num_freed] = block
             num_freed += 1
     return num_freed
+
+
+@cython.locals(
+    lengths=cython.longlong[:],
+    quiet=cython.longlong[:],
+    caps=cython.longlong[:],
+    num_blocks=cython.longlong[:],
+    seq_id=cython.Py_ssize_t,
+    length=cython.longlong,
+    quiet_limit=cython.longlong,
+    cap=cython.longlong,
+    blocks=cython.longlong,
+)
+def set_growth_state(
+    lengths: np.ndarray,
+    quiet: np.ndarray,
+    caps: np.ndarray,
+    num_blocks: np.ndarray,
+    seq_id: int,
+    length: int,
+    quiet_limit: int,
+    cap: int,
+    blocks: int,
+) -> None:
+    """lengths, quiet limits, lean caps and block counts of one sequence, in one call (admission,
+    release): four NumPy scalar stores cost ~1 us together."""
+    lengths[seq_id] = length
+    quiet[seq_id] = quiet_limit
+    caps[seq_id] = cap
+    num_blocks[seq_id] = blocks
+
+
+@cython.locals(
+    final=cython.longlong[:],
+    block_from=cython.longlong[:],
+    tail=cython.longlong[:],
+    seq_id=cython.Py_ssize_t,
+    final_tokens=cython.longlong,
+    block_size=cython.longlong,
+    tail_tokens=cython.longlong,
+)
+def set_final_state(
+    final: np.ndarray,
+    block_from: np.ndarray,
+    tail: np.ndarray,
+    seq_id: int,
+    final_tokens: int,
+    block_size: int,
+) -> None:
+    """A new sequence's final length and what the jump integral derives from it: the slots after the
+    final token in its block, (-final) % block_size, and the length at which that block is appended,
+    final + tail - block_size + 1 (`PagedAllocator._set_final`)."""
+    tail_tokens = (-final_tokens) % block_size  # Python's modulo (Cython keeps it: no cdivision)
+    final[seq_id] = final_tokens
+    tail[seq_id] = tail_tokens
+    block_from[seq_id] = final_tokens + tail_tokens - block_size + 1
