@@ -41,8 +41,6 @@ from allocators.seq_kernels import (
     lean_append,
     lean_columns,
     longest_length,
-    set_final_state,
-    set_growth_state,
     take_row_reversed,
     typed_view,
 )
@@ -331,8 +329,10 @@ class PagedAllocator(AllocatorBase):
 
     def _set_final(self, seq_id: int, final: int) -> None:
         """Store a new sequence's final length and the fixed quantities the jump integral derives from it."""
-        _, _, _, _, _, final_view, block_from, tail, _ = self._views or self._make_views()
-        set_final_state(final_view, block_from, tail, seq_id, final, self.block_size)
+        tail = -final % self.block_size
+        self.final_tokens[seq_id] = final
+        self.final_tail_tokens[seq_id] = tail
+        self.final_block_from_tokens[seq_id] = final + tail - self.block_size + 1
 
     # ---- running totals and growth limits ------------------------------------------------------
     def _count_in(self, seq_id: int, sign: int) -> None:
@@ -567,10 +567,16 @@ class PagedAllocator(AllocatorBase):
         final = seq.final_tokens
         self.live[sid] = True
         self._num_live += 1
+        self.lengths_tokens[sid] = prompt
+        self.num_seq_blocks[sid] = prompt_blocks
+        self.final_tokens[sid] = final
+        tail = -final % bs
+        self.final_tail_tokens[sid] = tail
+        self.final_block_from_tokens[sid] = final + tail - bs + 1
         self.prefix_hit[sid] = 0
         if self.cpu_tier is not None:  # nothing named, nothing to store: the lookup still counts
             self.cpu_tier.record_admission(seq.prompt_tokens, 0, 0)
-        # _count_in(sid, 1) and _set_limits_of(sid), from the values stored below
+        # _count_in(sid, 1) and _set_limits_of(sid), from the values just stored
         held = prompt_blocks * bs
         self._stored_tokens += prompt
         self._held_slots += held
@@ -579,12 +585,8 @@ class PagedAllocator(AllocatorBase):
         quiet = min(held, cap)
         if self._num_cow_flagged and self.cow_flag[sid]:
             quiet, cap = prompt, -1
-        # length, limits and blocks; final length and what derives from it (as `_set_final`)
-        lengths, quiet_view, caps, num_blocks, _, final_view, block_from, tail, _ = (
-            self._views or self._make_views()
-        )
-        set_growth_state(lengths, quiet_view, caps, num_blocks, sid, prompt, quiet, cap, prompt_blocks)
-        set_final_state(final_view, block_from, tail, sid, final, bs)
+        self.quiet_limit_tokens[sid] = quiet
+        self._lean_cap_tokens[sid] = cap
         return True
 
     # ---- growth ------------------------------------------------------------------------------
@@ -998,9 +1000,10 @@ class PagedAllocator(AllocatorBase):
             self._num_cow_flagged -= 1
         self.live[seq_id] = False
         self._num_live -= 1
-        # length 0, no blocks; a dead id is never quiet (limit 0, cap -1): growing it takes the general path
-        lengths, quiet, caps, num_blocks, _, _, _, _, _ = self._views or self._make_views()
-        set_growth_state(lengths, quiet, caps, num_blocks, seq_id, 0, 0, -1, 0)
+        self.lengths_tokens[seq_id] = 0
+        self.num_seq_blocks[seq_id] = 0
+        self.quiet_limit_tokens[seq_id] = 0  # a dead id is never quiet: growing it takes the general path
+        self._lean_cap_tokens[seq_id] = -1
 
     def fork(self, parent_id: int, child: SeqSpec) -> bool:
         """Child shares every parent block (refcount+1); copy-on-write happens at the first write."""

@@ -223,20 +223,3 @@ def test_a_deep_copied_paged_allocator_makes_its_own_views() -> None:
     assert probe.grow(np.array([0]), 30).size == 0
     assert int(alloc.lengths_tokens[0]) == 21 and int(probe.lengths_tokens[0]) == 51
     assert alloc.state_snapshot() != probe.state_snapshot()
-
-
-@KERNELS
-@settings(max_examples=100, deadline=None)
-@given(final=st.integers(0, 10**6), block_size=st.sampled_from([1, 2, 16, 64]), seq_id=st.integers(0, 4))
-def test_set_final_and_growth_state(kernels: ModuleType, final: int, block_size: int, seq_id: int) -> None:
-    arrays = [np.zeros(5, dtype=np.int64) for _ in range(7)]
-    kernels.set_final_state(arrays[0], arrays[1], arrays[2], seq_id, final, block_size)
-    tail = -final % block_size
-    assert (int(arrays[0][seq_id]), int(arrays[1][seq_id]), int(arrays[2][seq_id])) == (
-        final,
-        final + tail - block_size + 1,
-        tail,
-    )
-    kernels.set_growth_state(arrays[3], arrays[4], arrays[5], arrays[6], seq_id, 7, 8, -1, 9)
-    assert [int(a[seq_id]) for a in arrays[3:]] == [7, 8, -1, 9]
-    assert sum(int(a.sum()) for a in arrays[3:]) == 7 + 8 - 1 + 9  # nothing else written
