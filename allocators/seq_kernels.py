@@ -9,6 +9,13 @@ compiler, `KVSIM_PURE=1`, or no Cython: `allocators/cython_shim.py`) it is the s
 the same results. Input arrays are declared `const` (read-only views), as a caller's array may be
 read-only. Types are written out in each declaration: Cython does not resolve a module-level alias.
 
+As Python, a loop over a batch's ~40 sequences costs more than the NumPy calls it replaced, so the
+batch-sized functions keep those calls in a `not cython.compiled` branch (`cython.compiled` is a
+compile-time constant: the compiled module has only the loop); tests/allocators/test_seq_kernels.py
+checks both against the expressions the allocator used before, and tests/test_compiled_core.py the
+whole engine, compiled against pure. The few-sequence ones (the lean append) are scalar loops on both
+paths (`.item()` as Python).
+
 Integers only: these compute exact integer quantities (lengths, block counts, histograms). Float
 sums stay with NumPy in the callers, whose summation orders (pairwise `np.add.reduce`, BLAS `dot`)
 the results must keep bit for bit.
@@ -72,6 +79,10 @@ def grow_quiet(lengths: np.ndarray, quiet: np.ndarray, seq_ids: np.ndarray, num_
     The paged allocator's first growth tier (`PagedAllocator.grow`): `lengths[ids] + k`, the compare
     with the quiet limits, the scatter back and the mask, in one pass.
     """
+    if not cython.compiled:  # as Python, NumPy's calls beat a loop over the batch (module docstring)
+        grown = lengths[seq_ids] + num_tokens
+        lengths[seq_ids] = grown
+        return seq_ids[grown > quiet[seq_ids]].tolist()
     events: list[int] = []
     for index in range(seq_ids.shape[0]):
         seq_id = seq_ids[index]
@@ -91,6 +102,8 @@ def grow_quiet(lengths: np.ndarray, quiet: np.ndarray, seq_ids: np.ndarray, num_
 )
 def longest_length(lengths: np.ndarray, seq_ids: np.ndarray) -> int:
     """max(lengths[seq_ids]) (seq_ids not empty)."""
+    if not cython.compiled:
+        return int(np.maximum.reduce(lengths[seq_ids]))
     longest = lengths[seq_ids[0]]
     for index in range(1, seq_ids.shape[0]):
         length = lengths[seq_ids[index]]
@@ -141,6 +154,19 @@ def jump_scan(
     `block_size` int64 (zeroed here). The start of a sequence holding its final block already is 0;
     otherwise `block_from - length`.
     """
+    if not cython.compiled:
+        lengths_now = lengths[seq_ids]
+        remaining = final[seq_ids] - lengths_now
+        min_remaining = int(np.minimum.reduce(remaining))
+        room = num_blocks[seq_ids] * block_size - lengths_now
+        counts = np.bincount(room, minlength=block_size)  # longer when some room >= block_size
+        starts = np.where(room >= remaining, 0, block_from[seq_ids] - lengths_now)
+        min_start = min(int(np.minimum.reduce(starts)), steps)
+        if min_remaining >= steps - 1:
+            appended[0] = 0.0
+            phases = np.arange(steps - 1) % block_size
+            np.add.accumulate(counts[phases], out=appended[1:])
+        return min_remaining, counts.size == block_size, min_start
     for index in range(block_size):
         per_room[index] = 0
     min_remaining = final[seq_ids[0]] - lengths[seq_ids[0]]
@@ -210,6 +236,14 @@ def final_block_terms(
     The start (first iteration holding the final block) as jump_integral.py had it: max(block_from -
     length, 0) when every room < block_size (`all_small`), else 0 if the final block is held already.
     """
+    if not cython.compiled:
+        lengths_now = lengths[seq_ids]
+        held_now = num_blocks[seq_ids] * block_size
+        final_now = final[seq_ids]
+        from_now = block_from[seq_ids] - lengths_now
+        starts = np.maximum(from_now, 0) if all_small else np.where(held_now >= final_now, 0, from_now)
+        np.multiply(tail[seq_ids], suffix_s[np.minimum(starts, steps)], out=products)
+        return int(np.add.reduce(np.maximum(0, held_now - final_now)))
     never = 0
     for index in range(seq_ids.shape[0]):
         seq_id = seq_ids[index]
@@ -241,6 +275,13 @@ def final_block_terms(
 def lean_columns(lengths: np.ndarray, caps: np.ndarray, num_blocks: np.ndarray, seq_ids: list[int]) -> int:
     """Block-table columns that one more block each needs (max blocks held + 1), or -1 when a sequence
     (already grown) is past its lean cap (`PagedAllocator._append_lean_few`'s test)."""
+    if not cython.compiled:  # as Python: `.item()` gives Python ints, cheaper than NumPy scalars
+        columns = 0
+        for seq_id in seq_ids:
+            if lengths.item(seq_id) > caps.item(seq_id):
+                return -1
+            columns = max(columns, num_blocks.item(seq_id) + 1)
+        return columns
     columns = 0
     for index in range(len(seq_ids)):
         seq_id = seq_ids[index]
@@ -285,6 +326,16 @@ def lean_append(
     `PagedAllocator._append_lean_few`'s writes: each sequence was below its final length, so nothing
     was never-filled before; now its final block may be held.
     """
+    if not cython.compiled:  # as Python: `.item()` gives Python ints, cheaper than NumPy scalars
+        never = 0
+        for seq_id, block in zip(seq_ids, blocks, strict=True):
+            have = num_blocks.item(seq_id)
+            tables[slots.item(seq_id), have] = block
+            num_blocks[seq_id] = have + 1
+            held = (have + 1) * block_size
+            never += max(0, held - final.item(seq_id))
+            quiet[seq_id] = min(held, caps.item(seq_id))
+        return never
     never = 0
     for index in range(len(seq_ids)):
         seq_id = seq_ids[index]
@@ -309,6 +360,10 @@ def lean_append(
 def take_row_reversed(tables: np.ndarray, slot: int, count: int, blocks: np.ndarray) -> None:
     """blocks[:] = tables[slot, count - 1 :: -1] (as int64), then tables[slot, :count] = -1: a released
     sequence's blocks, last first, and its emptied block-table row (`PagedAllocator.release`)."""
+    if not cython.compiled:
+        blocks[:] = tables[slot, :count][::-1]
+        tables[slot, :count] = -1
+        return
     for index in range(count):
         blocks[index] = tables[slot, count - 1 - index]
         tables[slot, count - 1 - index] = -1
@@ -326,6 +381,12 @@ def take_row_reversed(tables: np.ndarray, slot: int, count: int, blocks: np.ndar
 def drop_refs(refcount: np.ndarray, blocks: np.ndarray, freed: np.ndarray) -> int:
     """refcount[b] -= 1 for each (distinct) block b of `blocks`; those reaching 0 go to freed[:n], in
     order; returns n (`BlockPool.release`'s first step)."""
+    if not cython.compiled:
+        left = refcount[blocks] - 1
+        refcount[blocks] = left
+        gone = blocks[left == 0]
+        freed[: gone.size] = gone
+        return int(gone.size)
     num_freed = 0
     for index in range(blocks.shape[0]):
         block = blocks[index]

@@ -2,8 +2,9 @@
 
 Why: the compiled core runs them as C loops (typed memoryviews) and the pure path as Python; both must
 give exactly what the allocator's former NumPy calls gave, integers and float64 products alike. The
-loops are checked against those expressions on random batches, as loaded (compiled where the core is
-built) and as Python source with Cython absent (allocators/cython_shim.py stands in for it).
+loops are checked against those expressions on random batches: as loaded (compiled where the core is
+built), as Python with Cython absent (allocators/cython_shim.py stands in; the NumPy branches run), and
+the loops themselves as Python.
 """
 
 from __future__ import annotations
@@ -41,8 +42,22 @@ def _pure_kernels() -> ModuleType:
     return module
 
 
+def _loops_as_python() -> ModuleType:
+    """seq_kernels.py with the shim claiming to be compiled: the typed loops themselves, run as Python
+    (the compiled module's logic, testable without a compiler)."""
+    module = _pure_kernels()
+    compiled_shim = ModuleType("cython_shim_compiled")
+    compiled_shim.__dict__.update(module.cython.__dict__)
+    compiled_shim.compiled = True  # type: ignore[attr-defined]
+    module.cython = compiled_shim  # type: ignore[attr-defined]  # read at call time
+    return module
+
+
 PURE = _pure_kernels()
-KERNELS = pytest.mark.parametrize("kernels", [seq_kernels, PURE], ids=["as loaded", "shim"])
+LOOPS = _loops_as_python()
+KERNELS = pytest.mark.parametrize(
+    "kernels", [seq_kernels, PURE, LOOPS], ids=["as loaded", "shim (NumPy branches)", "loops as Python"]
+)
 
 
 @st.composite
