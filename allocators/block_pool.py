@@ -20,6 +20,8 @@ from collections.abc import Hashable, Sequence
 
 import numpy as np
 
+from allocators.seq_kernels import drop_refs
+
 
 class FreeBlockQueue:
     """FIFO of free block ids: pop from the head (least recently freed), push to the tail."""
@@ -358,9 +360,9 @@ class BlockPool:
         `prepend_n(blocks_without_hash)`, `append_n(blocks_with_hash)`; with caching off it appends
         all, for GPU cache locality).
         """
-        left = self.refcount[blocks] - 1  # one gather serves the update and the test (blocks are distinct)
-        self.refcount[blocks] = left
-        freed = blocks[left == 0]
+        blocks = np.asarray(blocks, dtype=np.int64)  # (the loop's typed view; the callers' arrays are)
+        freed = np.empty(blocks.size, dtype=np.int64)
+        freed = freed[: drop_refs(self.refcount, blocks, freed)]  # one loop: refcounts down, the freed
         if freed.size == 0:
             return freed
         if self._block_by_key:  # named blocks exist: freed ones stay cached, or lose their names

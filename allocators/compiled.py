@@ -36,6 +36,7 @@ COMPILED_MODULES: tuple[str, ...] = (
     "allocators.jump_integral",
     "allocators.prefix_keys",
     "allocators.seq_arrays",
+    "allocators.seq_kernels",
     "allocators.ledger",
     "allocators.radix_tree",
     "allocators.radix",

@@ -3,7 +3,8 @@
 Why: the engine jumps k decode iterations at once. For slabs the parts move linearly and the
 engine can interpolate, but for blocks and pages they are step functions (a block appears when a
 sequence crosses a boundary). This computes sum_i d_i x part(i), where part(i) is the breakdown
-after the sequences grew by i tokens (i = 0..m-1), in O(m + n) NumPy work and without growing:
+after the sequences grew by i tokens (i = 0..m-1), in O(m + n) work and without growing (the integer
+pass over the sequences is one typed loop, seq_kernels.jump_scan; the float sums stay NumPy's):
 
 - Each growing sequence crosses a block boundary at iterations c, c + B, c + 2B, ... with its phase
   c = blocks x B - length + 1 in [1, B], so blocks appended by iteration i, A(i), is a cumulative
@@ -27,6 +28,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from allocators.base import BREAKDOWN_PARTS, MemoryBreakdown
+from allocators.seq_kernels import final_block_terms, jump_scan, typed_view
 
 if TYPE_CHECKING:
     from allocators.paged import PagedAllocator
@@ -36,7 +38,7 @@ INTEGRATED_PARTS: tuple[str, ...] = (*BREAKDOWN_PARTS, "cached")
 
 _FLOAT_ARANGE = np.arange(1024, dtype=np.float64)
 _FLOAT_ARANGE.flags.writeable = False
-_PHASES: dict[int, np.ndarray] = {}
+_ROOM_SCRATCH: dict[int, object] = {}
 
 
 def _float_arange(count: int) -> np.ndarray:
@@ -52,14 +54,13 @@ def _float_arange(count: int) -> np.ndarray:
     return _FLOAT_ARANGE[:count]
 
 
-def _phase_index(count: int, block_size: int) -> np.ndarray:
-    """np.arange(count) % block_size, from a cached array per block size (long jumps need it)."""
-    cached = _PHASES.get(block_size)
-    if cached is None or cached.size < count:
-        cached = np.arange(max(count, 2 * (0 if cached is None else cached.size), 1024)) % block_size
-        cached.flags.writeable = False
-        _PHASES[block_size] = cached
-    return cached[:count]
+def _room_scratch(block_size: int) -> object:
+    """Scratch int64 of `block_size` entries for seq_kernels.jump_scan's per-room counts (it zeroes it),
+    as a kept typed view (seq_kernels.typed_view)."""
+    scratch = _ROOM_SCRATCH.get(block_size)
+    if scratch is None:
+        scratch = _ROOM_SCRATCH[block_size] = typed_view(np.zeros(block_size, dtype=np.int64))
+    return scratch
 
 
 def _stepped_integral(
@@ -116,51 +117,51 @@ def paged_breakdown_integral(
     if steps == 1 or seq_ids.size == 0:
         return sums
     bs = alloc.block_size
-    lengths = alloc.lengths_tokens[seq_ids]
-    final = alloc.final_tokens[seq_ids]
-    remaining = final - lengths  # tokens to go before the final length
-    cow_pending = alloc._num_cow_flagged and bool(alloc.cow_flag[seq_ids].any())
-    if cow_pending or int(np.minimum.reduce(remaining)) < steps - 1:  # someone passes its final length
+    if alloc._num_cow_flagged and bool(alloc.cow_flag[seq_ids].any()):  # copy-on-write pending
+        return _stepped_integral(alloc, seq_ids, durations, next_demand_tokens)
+    # The integer pass, one loop over the sequences (seq_kernels.jump_scan): someone passing its
+    # final length (the closed forms do not hold), blocks appended by iteration i, and whether anyone
+    # holds or reaches its final block within the jump. A sequence with `room` free slots in its
+    # blocks needs a new block at iterations room + 1, room + 1 + bs, ... (room in [0, bs)); blocks
+    # appended by iteration i are the per-room counts, cumulated, in float64 (block counts, exact
+    # below 2**53) so the dot with the durations needs no cast.
+    appended = np.empty(steps)
+    lengths, _, _, num_blocks, _, final, block_from, tail, _ = alloc._views or alloc._make_views()
+    min_remaining, all_small, min_start = jump_scan(
+        lengths, final, num_blocks, block_from, seq_ids, bs, steps, _room_scratch(bs), appended
+    )
+    if min_remaining < steps - 1:  # someone passes its final length
         return _stepped_integral(alloc, seq_ids, durations, next_demand_tokens)
 
     index_weighted_s = float(durations @ _float_arange(steps))
-    # blocks appended by iteration i: per-phase counts, cumulated. A sequence with `room` free slots
-    # in its blocks needs a new block at iterations room + 1, room + 1 + bs, ... (room in [0, bs)).
-    held = alloc.num_seq_blocks[seq_ids] * bs
-    room = held - lengths
-    per_room = np.bincount(room, minlength=bs)
-    # in float64 (block counts, exact below 2**53), so the dot with the durations needs no cast
-    appended = np.zeros(steps)
-    # iteration i >= 1 adds the sequences with room == (i - 1) % bs; a short jump needs no modulo
-    phases = per_room[: steps - 1] if steps - 1 <= bs else per_room[_phase_index(steps - 1, bs)]
-    np.add.accumulate(phases, out=appended[1:])  # = cumsum, without its slow out= path
     appended_weighted = float(durations @ appended)
-    # internal: the tail of the block holding the final token, from the iteration that block appears
-    tail = alloc.final_tail_tokens[seq_ids]  # slots after the final token in its block, (-final) % bs
-    # first iteration holding it: 0 if held already (room >= remaining), else final + tail - bs + 1 - length
-    # (final + tail - bs + 1 - length = remaining + tail - (bs - 1), stored per sequence)
-    from_now = alloc.final_block_from_tokens[seq_ids] - lengths
-    if per_room.size == bs:
-        # every room < bs (blocks held = ceil(length / bs)): then from_now <= 0 exactly when the final
-        # block is held (room >= remaining) and > 0 otherwise, so clamping at 0 is the same as the test;
-        # min(starts) = max(min(from_now), 0) < steps (>= 2) exactly when min(from_now) < steps
-        reaches = int(np.minimum.reduce(from_now)) < steps  # the ufunc: no method wrapper
-        starts = np.maximum(from_now, 0) if reaches else from_now
-    else:
-        starts = np.where(room >= remaining, 0, from_now)
-        reaches = int(starts.min()) < steps
-    if reaches:
+    # internal: the tail of the block holding the final token (final_tail_tokens, (-final) % bs), from
+    # the first iteration holding that block: 0 if held already (room >= remaining), else
+    # final + tail - bs + 1 - length (final_block_from_tokens - length)
+    if min_start < steps:
         suffix_s = np.zeros(steps + 1)  # suffix_s[t] = sum_{i>=t} d_i, summed from the end
         np.add.accumulate(durations[::-1], out=suffix_s[-2::-1])
+        products = np.empty(seq_ids.size)
+        never_tokens = final_block_terms(
+            lengths,
+            final,
+            num_blocks,
+            block_from,
+            tail,
+            seq_ids,
+            bs,
+            steps,
+            all_small,
+            suffix_s,
+            products,
+        )
         # internal now: sum of max(0, held - final) (no one is past its final length); over every live
         # sequence without forks that is the allocator's running total, the same integer
         if not alloc._num_cow_flagged and seq_ids.size == alloc._num_live:
             internal_now_sum = alloc._never_tokens
         else:
-            internal_now_sum = np.add.reduce(np.maximum(0, held - final))
-        internal_delta = float(
-            np.add.reduce(tail * suffix_s[np.minimum(starts, steps)]) - internal_now_sum * total_s
-        )
+            internal_now_sum = never_tokens
+        internal_delta = float(np.add.reduce(products) - internal_now_sum * total_s)
     else:  # nobody holds or reaches its final block: every term is 0
         internal_delta = 0.0
     growing = seq_ids.size

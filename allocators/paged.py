@@ -10,10 +10,10 @@ that cannot form a block. Block tables let sequences share physical blocks:
   count as `duplicated` while both copies exist;
 - prefix caching (`enable_prefix_caching`): see block_pool.py.
 
-Performance: per-sequence state is NumPy arrays indexed by seq id and `grow` is vectorised: only
-sequences that cross a block boundary (or write into a shared block) get blocks, and those are
-assigned with array arithmetic, never a Python loop over the batch. The engine calls `grow` and
-`breakdown` every step, so both are kept to a handful of NumPy calls:
+Performance: per-sequence state is NumPy arrays indexed by seq id; only sequences that cross a block
+boundary (or write into a shared block) get blocks. The engine calls `grow` and `breakdown` every
+step, so both are kept to a handful of calls: `grow`'s pass over the batch and the lean append are
+typed loops (allocators/seq_kernels.py, C loops in the compiled core), the rarer tiers NumPy:
 - each sequence has a *quiet limit*: the length up to which growing changes nothing but its length
   (no new block, no change of internal waste, no copy-on-write, within max_model_len). One
   comparison against it finds the few sequences that need real work; the rest just grow.
@@ -36,6 +36,14 @@ from allocators.jump_integral import paged_breakdown_integral
 from allocators.ledger import DuplicateLedger
 from allocators.prefix_keys import block_pieces, extended_block_keys, sequence_block_keys
 from allocators.seq_arrays import ceil_div, check_live_seq, check_new_seq, ensure_rows, grown
+from allocators.seq_kernels import (
+    grow_quiet,
+    lean_append,
+    lean_columns,
+    longest_length,
+    take_row_reversed,
+    typed_view,
+)
 
 _EMPTY_IDS = np.zeros(0, dtype=np.int64)
 # Up to this many sequences crossing a block boundary in one grow are served by a scalar loop
@@ -240,6 +248,11 @@ class PagedAllocator(AllocatorBase):
         self._tables = np.full((0, 8), -1, dtype=np.int32)
         self._free_slots: list[int] = []
         self._next_slot = 0
+        # Typed views (seq_kernels.typed_view) of lengths, quiet limits, lean caps, block counts, table
+        # slots, final lengths, final_block_from, final tails and the block table, in that order, for
+        # the typed loops; None after any of those arrays is replaced (`_ensure_rows`, `_ensure_columns`,
+        # `_take_slot`), rebuilt by `_make_views` when next needed.
+        self._views: tuple | None = None
 
     # ---- per-sequence arrays -------------------------------------------------------------
     # Every array indexed by seq id, with its "no sequence" value (seq_arrays.ensure_rows keeps them in step).
@@ -258,7 +271,9 @@ class PagedAllocator(AllocatorBase):
     }
 
     def _ensure_rows(self, seq_id: int) -> None:
-        ensure_rows(self, seq_id, self._ROW_FILLS)
+        if seq_id >= self.live.shape[0]:  # the arrays are replaced by longer ones
+            ensure_rows(self, seq_id, self._ROW_FILLS)
+            self._views = None
 
     def _ensure_columns(self, num_blocks: int) -> None:
         cols = self._tables.shape[1]
@@ -268,6 +283,32 @@ class PagedAllocator(AllocatorBase):
         table = np.full((self._tables.shape[0], new_cols), -1, dtype=np.int32)
         table[:, :cols] = self._tables
         self._tables = table
+        self._views = None
+
+    def _make_views(self) -> tuple:
+        """`_views`, made afresh from the current arrays (after one was replaced)."""
+        self._views = tuple(
+            typed_view(array)
+            for array in (
+                self.lengths_tokens,
+                self.quiet_limit_tokens,
+                self._lean_cap_tokens,
+                self.num_seq_blocks,
+                self.table_slot,
+                self.final_tokens,
+                self.final_block_from_tokens,
+                self.final_tail_tokens,
+                self._tables,
+            )
+        )
+        return self._views
+
+    def __getstate__(self) -> dict:
+        """State without the typed views (deepcopy, as the jump integral's stepped reference takes,
+        and pickling): a copy makes its own from its own arrays."""
+        state = self.__dict__.copy()
+        state["_views"] = None
+        return state
 
     def _take_slot(self, seq_id: int) -> int:
         """A block-table row for a new live sequence (reusing released rows first)."""
@@ -276,7 +317,9 @@ class PagedAllocator(AllocatorBase):
         else:
             slot = self._next_slot
             self._next_slot += 1
-            self._tables = grown(self._tables, slot + 1, -1)
+            if slot >= self._tables.shape[0]:
+                self._tables = grown(self._tables, slot + 1, -1)
+                self._views = None
         self.table_slot[seq_id] = slot
         return slot
 
@@ -594,25 +637,27 @@ class PagedAllocator(AllocatorBase):
             return self._grow_few(seq_ids.tolist(), num_tokens)
         if seq_ids.size == 1 and not self._num_cow_flagged and self.live.item(seq_ids.item(0)):
             return self._grow_single(seq_ids.item(0), num_tokens)  # a prefill chunk
-        lengths = self.lengths_tokens[seq_ids]
-        grown_lengths = lengths + num_tokens
-        eventful = grown_lengths > self.quiet_limit_tokens[seq_ids]  # a mask: one index op per use
-        self.lengths_tokens[seq_ids] = grown_lengths
+        # lengths[ids] += num_tokens, and the sequences grown past their quiet limit, in one loop
+        views = self._views or self._make_views()
+        events = grow_quiet(views[0], views[1], seq_ids, num_tokens)
         self._stored_tokens += seq_ids.size * num_tokens
-        event_ids = seq_ids[eventful]
-        if event_ids.size == 0:
+        if not events:
             return _EMPTY_IDS
-        if num_tokens <= self.block_size:
+        if num_tokens <= self.block_size and len(events) <= _LEAN_LOOP_MAX:
             # the few-crossings case is called directly (it is most grows): no extra call layer
-            if event_ids.size <= _LEAN_LOOP_MAX:
-                if self._append_lean_few(event_ids.tolist()):
-                    return _EMPTY_IDS
-            elif self._append_lean(event_ids, grown_lengths[eventful]):
+            if self._append_lean_few(events):
                 return _EMPTY_IDS
-        elif self._append_lean_blocks(event_ids, grown_lengths[eventful]):
-            return _EMPTY_IDS
+            event_ids = np.array(events, dtype=np.int64)
+        else:
+            event_ids = np.array(events, dtype=np.int64)
+            grown_lengths = self.lengths_tokens[event_ids]
+            if num_tokens <= self.block_size:
+                if self._append_lean(event_ids, grown_lengths):
+                    return _EMPTY_IDS
+            elif self._append_lean_blocks(event_ids, grown_lengths):
+                return _EMPTY_IDS
         # undo the eventful sequences' growth and redo it under the general rule
-        self.lengths_tokens[event_ids] = lengths[eventful]
+        self.lengths_tokens[event_ids] -= num_tokens
         self._stored_tokens -= event_ids.size * num_tokens
         return self._grow_general(event_ids, num_tokens)
 
@@ -775,39 +820,25 @@ class PagedAllocator(AllocatorBase):
         pool = self.pool
         if count > pool.queue.num_free:
             return False
-        caps, lengths = self._lean_cap_tokens, self.lengths_tokens  # lengths: already grown
-        seq_caps = []
-        for seq_id in seq_ids:
-            cap = caps.item(seq_id)
-            if lengths.item(seq_id) > cap:
-                return False
-            seq_caps.append(cap)
-        bs = self.block_size
+        lengths, quiet, caps, num_blocks, slots, final, _, _, _ = self._views or self._make_views()
+        columns = lean_columns(lengths, caps, num_blocks, seq_ids)
+        if columns < 0:  # someone (already grown) is past its lean cap
+            return False
         blocks = pool.allocate_few(count)
-        num_blocks, slots, final, quiet, tables = (
-            self.num_seq_blocks,
-            self.table_slot,
-            self.final_tokens,
-            self.quiet_limit_tokens,
-            self._tables,
+        if columns > self._tables.shape[1]:
+            self._ensure_columns(columns)
+        self._never_tokens += lean_append(
+            (self._views or self._make_views())[8],  # after _ensure_columns, which may replace the table
+            num_blocks,
+            slots,
+            final,
+            quiet,
+            caps,
+            seq_ids,
+            blocks,
+            self.block_size,
         )
-        never = 0
-        for seq_id, block, cap in zip(seq_ids, blocks, seq_caps, strict=True):
-            have = num_blocks.item(seq_id)
-            if have >= tables.shape[1]:
-                self._ensure_columns(have + 1)
-                tables = self._tables
-            tables[slots.item(seq_id), have] = block
-            num_blocks[seq_id] = have + 1
-            held = (have + 1) * bs
-            # below the final length before, so nothing was never-filled; now the final block may be held
-            # (conditional expressions, not max/min: this loop runs for every block a decode step takes)
-            seq_final = final.item(seq_id)
-            if held > seq_final:
-                never += held - seq_final
-            quiet[seq_id] = held if held < cap else cap
-        self._held_slots += count * bs
-        self._never_tokens += never
+        self._held_slots += count * self.block_size
         return True
 
     def _grow_general(self, seq_ids: np.ndarray, num_tokens: int) -> np.ndarray:
@@ -882,9 +913,11 @@ class PagedAllocator(AllocatorBase):
             return 0
         if seq_ids.size == 0:
             return int(limit)
-        lengths = self.lengths_tokens[seq_ids]
         if self.max_model_len is not None:
-            limit = min(int(limit), self.max_model_len - int(np.maximum.reduce(lengths)))
+            limit = min(
+                int(limit),
+                self.max_model_len - longest_length((self._views or self._make_views())[0], seq_ids),
+            )
             if limit <= 0:
                 return 0
         # Each sequence needs at most ceil(limit / block_size) new blocks (lengths never exceed the
@@ -894,6 +927,7 @@ class PagedAllocator(AllocatorBase):
             and seq_ids.size * ceil_div(limit, self.block_size) <= self.pool.num_free
         ):
             return int(limit)
+        lengths = self.lengths_tokens[seq_ids]
         have = self.num_seq_blocks[seq_ids]
         cow = self._cow_writers(seq_ids, lengths, have)
         free = self.pool.num_free - (0 if cow is None else int(cow.sum()))
@@ -952,11 +986,13 @@ class PagedAllocator(AllocatorBase):
             self._name_filled_blocks(seq_id, self._tables[slot, :count].astype(np.int64))
         elif self._tier_next_block:
             self._tier_next_block.pop(seq_id, None)
-        blocks = self._tables[slot, :count][::-1].astype(np.int64)  # tail first: evicted first
+        blocks = np.empty(count, dtype=np.int64)  # tail first: evicted first
+        take_row_reversed(
+            (self._views or self._make_views())[8], slot, count, blocks
+        )  # and empties the row (-1)
         freed = self.pool.release(blocks)
         if self._block_content:  # as _drop_content, without the call when nothing is named
             self._drop_content(freed)
-        self._tables[slot, :count] = -1
         self._free_slots.append(slot)
         self.table_slot[seq_id] = -1
         if self._num_cow_flagged and self.cow_flag.item(seq_id):

@@ -1,0 +1,398 @@
+"""Loops over a batch's per-sequence arrays, typed for the compiled core.
+
+Why: on a decode step the paged allocator and its jump integral make ~30 NumPy calls on arrays of a
+batch's ~40 sequences (gather, add, compare, scatter, bincount, min), each ~1 us of call overhead for
+nanoseconds of arithmetic (issue 24). Each function here does one such group of calls as one loop
+over the sequences. Compiled (setup.py, `allocators.compiled.COMPILED_MODULES`), the Cython
+declarations (`@cython.locals`: C integers and typed memoryviews) make it a C loop; as Python (no
+compiler, `KVSIM_PURE=1`, or no Cython: `allocators/cython_shim.py`) it is the same loop, slower, with
+the same results. Input arrays are declared `const` (read-only views), as a caller's array may be
+read-only. Types are written out in each declaration: Cython does not resolve a module-level alias.
+
+As Python, a loop over a batch's ~40 sequences costs more than the NumPy calls it replaced, so the
+batch-sized functions keep those calls in a `not cython.compiled` branch (`cython.compiled` is a
+compile-time constant: the compiled module has only the loop); tests/allocators/test_seq_kernels.py
+checks both against the expressions the allocator used before, and tests/test_compiled_core.py the
+whole engine, compiled against pure. The few-sequence ones (the lean append) are scalar loops on both
+paths (`.item()` as Python).
+
+Integers only: these compute exact integer quantities (lengths, block counts, histograms). Float
+sums stay with NumPy in the callers, whose summation orders (pairwise `np.add.reduce`, BLAS `dot`)
+the results must keep bit for bit.
+"""
+
+from __future__ import annotations
+
+try:
+    import cython
+except ImportError:  # Cython is a build requirement, not a runtime one
+    from allocators import cython_shim as cython
+
+import numpy as np
+
+
+@cython.locals(array=cython.longlong[:])
+def _int64_view(array: np.ndarray) -> object:
+    return array
+
+
+@cython.locals(array=cython.int[:])
+def _int32_view(array: np.ndarray) -> object:
+    return array
+
+
+@cython.locals(array=cython.int[:, :])
+def _int32_table_view(array: np.ndarray) -> object:
+    return array
+
+
+def typed_view(array: np.ndarray) -> object:
+    """A typed memoryview of `array` (int64 or int32, 1-D, or an int32 table) for the loops here.
+
+    Why: a loop acquires a typed view of each array argument, ~0.2 us from a NumPy array but a
+    fraction of that from a view of the same type, so an owner of long-lived arrays (the paged
+    allocator's per-sequence arrays and block table) keeps their views and passes those. A view writes
+    through to its array and keeps it alive; the owner must make a new one when it replaces the array.
+    As Python (`cython.compiled` false) the array itself.
+    """
+    if not cython.compiled:
+        return array
+    if array.ndim == 2:
+        return _int32_table_view(array)
+    if array.dtype == np.int32:
+        return _int32_view(array)
+    return _int64_view(array)
+
+
+@cython.locals(
+    lengths=cython.longlong[:],
+    quiet=cython.const_longlong[:],
+    seq_ids=cython.const_longlong[:],
+    num_tokens=cython.longlong,
+    index=cython.Py_ssize_t,
+    seq_id=cython.longlong,
+    grown_length=cython.longlong,
+)
+def grow_quiet(lengths: np.ndarray, quiet: np.ndarray, seq_ids: np.ndarray, num_tokens: int) -> list[int]:
+    """lengths[s] += num_tokens for each s of `seq_ids`; returns (in order) those grown past quiet[s].
+
+    The paged allocator's first growth tier (`PagedAllocator.grow`): `lengths[ids] + k`, the compare
+    with the quiet limits, the scatter back and the mask, in one pass.
+    """
+    if not cython.compiled:  # as Python, NumPy's calls beat a loop over the batch (module docstring)
+        grown = lengths[seq_ids] + num_tokens
+        lengths[seq_ids] = grown
+        return seq_ids[grown > quiet[seq_ids]].tolist()
+    events: list[int] = []
+    for index in range(seq_ids.shape[0]):
+        seq_id = seq_ids[index]
+        grown_length = lengths[seq_id] + num_tokens
+        lengths[seq_id] = grown_length
+        if grown_length > quiet[seq_id]:
+            events.append(seq_id)
+    return events
+
+
+@cython.locals(
+    lengths=cython.const_longlong[:],
+    seq_ids=cython.const_longlong[:],
+    index=cython.Py_ssize_t,
+    longest=cython.longlong,
+    length=cython.longlong,
+)
+def longest_length(lengths: np.ndarray, seq_ids: np.ndarray) -> int:
+    """max(lengths[seq_ids]) (seq_ids not empty)."""
+    if not cython.compiled:
+        return int(np.maximum.reduce(lengths[seq_ids]))
+    longest = lengths[seq_ids[0]]
+    for index in range(1, seq_ids.shape[0]):
+        length = lengths[seq_ids[index]]
+        if length > longest:
+            longest = length
+    return longest
+
+
+@cython.locals(
+    lengths=cython.const_longlong[:],
+    final=cython.const_longlong[:],
+    num_blocks=cython.const_longlong[:],
+    block_from=cython.const_longlong[:],
+    seq_ids=cython.const_longlong[:],
+    per_room=cython.longlong[:],
+    appended=cython.double[:],
+    block_size=cython.longlong,
+    steps=cython.longlong,
+    index=cython.Py_ssize_t,
+    seq_id=cython.longlong,
+    length=cython.longlong,
+    remaining=cython.longlong,
+    room=cython.longlong,
+    from_now=cython.longlong,
+    min_remaining=cython.longlong,
+    min_from_now=cython.longlong,
+    min_start=cython.longlong,
+    start=cython.longlong,
+    all_small=cython.bint,
+    total=cython.longlong,
+)
+def jump_scan(
+    lengths: np.ndarray,
+    final: np.ndarray,
+    num_blocks: np.ndarray,
+    block_from: np.ndarray,
+    seq_ids: np.ndarray,
+    block_size: int,
+    steps: int,
+    per_room: np.ndarray,
+    appended: np.ndarray,
+) -> tuple[int, bool, int]:
+    """The jump integral's integer pass (allocators/jump_integral.py): one loop over the sequences.
+
+    Returns (min remaining tokens, every room < block_size, min first iteration holding the final
+    block); when min remaining >= steps - 1 it also fills `appended[i]` (float64, `steps` long) with
+    the blocks appended by iteration i: the cumulative per-phase counts. `per_room` is scratch of
+    `block_size` int64 (zeroed here). The start of a sequence holding its final block already is 0;
+    otherwise `block_from - length`.
+    """
+    if not cython.compiled:
+        lengths_now = lengths[seq_ids]
+        remaining = final[seq_ids] - lengths_now
+        min_remaining = int(np.minimum.reduce(remaining))
+        room = num_blocks[seq_ids] * block_size - lengths_now
+        counts = np.bincount(room, minlength=block_size)  # longer when some room >= block_size
+        starts = np.where(room >= remaining, 0, block_from[seq_ids] - lengths_now)
+        min_start = min(int(np.minimum.reduce(starts)), steps)
+        if min_remaining >= steps - 1:
+            appended[0] = 0.0
+            phases = np.arange(steps - 1) % block_size
+            np.add.accumulate(counts[phases], out=appended[1:])
+        return min_remaining, counts.size == block_size, min_start
+    for index in range(block_size):
+        per_room[index] = 0
+    min_remaining = final[seq_ids[0]] - lengths[seq_ids[0]]
+    min_start = steps
+    all_small = True
+    for index in range(seq_ids.shape[0]):
+        seq_id = seq_ids[index]
+        length = lengths[seq_id]
+        remaining = final[seq_id] - length
+        if remaining < min_remaining:
+            min_remaining = remaining
+        room = num_blocks[seq_id] * block_size - length
+        if room < block_size:
+            per_room[room] += 1
+        else:
+            all_small = False
+        start = 0 if room >= remaining else block_from[seq_id] - length
+        if start < min_start:
+            min_start = start
+    if min_remaining < steps - 1:
+        return min_remaining, all_small, min_start
+    # iteration i >= 1 adds the sequences with room == (i - 1) % block_size
+    total = 0
+    appended[0] = 0.0
+    for index in range(1, steps):
+        total += per_room[(index - 1) % block_size]
+        appended[index] = total
+    return min_remaining, all_small, min_start
+
+
+@cython.locals(
+    lengths=cython.const_longlong[:],
+    final=cython.const_longlong[:],
+    num_blocks=cython.const_longlong[:],
+    block_from=cython.const_longlong[:],
+    tail=cython.const_longlong[:],
+    seq_ids=cython.const_longlong[:],
+    suffix_s=cython.const_double[:],
+    products=cython.double[:],
+    block_size=cython.longlong,
+    steps=cython.longlong,
+    all_small=cython.bint,
+    index=cython.Py_ssize_t,
+    seq_id=cython.longlong,
+    length=cython.longlong,
+    held=cython.longlong,
+    start=cython.longlong,
+    never=cython.longlong,
+)
+def final_block_terms(
+    lengths: np.ndarray,
+    final: np.ndarray,
+    num_blocks: np.ndarray,
+    block_from: np.ndarray,
+    tail: np.ndarray,
+    seq_ids: np.ndarray,
+    block_size: int,
+    steps: int,
+    all_small: bool,
+    suffix_s: np.ndarray,
+    products: np.ndarray,
+) -> int:
+    """The jump integral's internal-waste terms: products[j] = tail x suffix_s[min(start, steps)] per
+    sequence (float64, the product NumPy's `tail * suffix_s[...]` computes), and returns the internal
+    waste now, sum(max(0, held - final)).
+
+    The start (first iteration holding the final block) as jump_integral.py had it: max(block_from -
+    length, 0) when every room < block_size (`all_small`), else 0 if the final block is held already.
+    """
+    if not cython.compiled:
+        lengths_now = lengths[seq_ids]
+        held_now = num_blocks[seq_ids] * block_size
+        final_now = final[seq_ids]
+        from_now = block_from[seq_ids] - lengths_now
+        starts = np.maximum(from_now, 0) if all_small else np.where(held_now >= final_now, 0, from_now)
+        np.multiply(tail[seq_ids], suffix_s[np.minimum(starts, steps)], out=products)
+        return int(np.add.reduce(np.maximum(0, held_now - final_now)))
+    never = 0
+    for index in range(seq_ids.shape[0]):
+        seq_id = seq_ids[index]
+        length = lengths[seq_id]
+        held = num_blocks[seq_id] * block_size
+        start = block_from[seq_id] - length
+        if all_small:
+            if start < 0:
+                start = 0
+        elif held - length >= final[seq_id] - length:
+            start = 0
+        if start > steps:
+            start = steps
+        products[index] = tail[seq_id] * suffix_s[start]
+        if held > final[seq_id]:
+            never += held - final[seq_id]
+    return never
+
+
+@cython.locals(
+    lengths=cython.const_longlong[:],
+    caps=cython.const_longlong[:],
+    num_blocks=cython.const_longlong[:],
+    seq_ids=list,
+    index=cython.Py_ssize_t,
+    seq_id=cython.longlong,
+    columns=cython.longlong,
+)
+def lean_columns(lengths: np.ndarray, caps: np.ndarray, num_blocks: np.ndarray, seq_ids: list[int]) -> int:
+    """Block-table columns that one more block each needs (max blocks held + 1), or -1 when a sequence
+    (already grown) is past its lean cap (`PagedAllocator._append_lean_few`'s test)."""
+    if not cython.compiled:  # as Python: `.item()` gives Python ints, cheaper than NumPy scalars
+        columns = 0
+        for seq_id in seq_ids:
+            if lengths.item(seq_id) > caps.item(seq_id):
+                return -1
+            columns = max(columns, num_blocks.item(seq_id) + 1)
+        return columns
+    columns = 0
+    for index in range(len(seq_ids)):
+        seq_id = seq_ids[index]
+        if lengths[seq_id] > caps[seq_id]:
+            return -1
+        if num_blocks[seq_id] + 1 > columns:
+            columns = num_blocks[seq_id] + 1
+    return columns
+
+
+@cython.locals(
+    tables=cython.int[:, :],
+    num_blocks=cython.longlong[:],
+    slots=cython.const_longlong[:],
+    final=cython.const_longlong[:],
+    quiet=cython.longlong[:],
+    caps=cython.const_longlong[:],
+    seq_ids=list,
+    blocks=list,
+    block_size=cython.longlong,
+    index=cython.Py_ssize_t,
+    seq_id=cython.longlong,
+    have=cython.longlong,
+    held=cython.longlong,
+    cap=cython.longlong,
+    never=cython.longlong,
+)
+def lean_append(
+    tables: np.ndarray,
+    num_blocks: np.ndarray,
+    slots: np.ndarray,
+    final: np.ndarray,
+    quiet: np.ndarray,
+    caps: np.ndarray,
+    seq_ids: list[int],
+    blocks: list[int],
+    block_size: int,
+) -> int:
+    """Put blocks[i] at the end of seq_ids[i]'s block table (the table has the columns), update its
+    block count and quiet limit; returns the slots now past final lengths (never-filled tokens) added.
+
+    `PagedAllocator._append_lean_few`'s writes: each sequence was below its final length, so nothing
+    was never-filled before; now its final block may be held.
+    """
+    if not cython.compiled:  # as Python: `.item()` gives Python ints, cheaper than NumPy scalars
+        never = 0
+        for seq_id, block in zip(seq_ids, blocks, strict=True):
+            have = num_blocks.item(seq_id)
+            tables[slots.item(seq_id), have] = block
+            num_blocks[seq_id] = have + 1
+            held = (have + 1) * block_size
+            never += max(0, held - final.item(seq_id))
+            quiet[seq_id] = min(held, caps.item(seq_id))
+        return never
+    never = 0
+    for index in range(len(seq_ids)):
+        seq_id = seq_ids[index]
+        have = num_blocks[seq_id]
+        tables[slots[seq_id], have] = blocks[index]
+        num_blocks[seq_id] = have + 1
+        held = (have + 1) * block_size
+        if held > final[seq_id]:
+            never += held - final[seq_id]
+        cap = caps[seq_id]
+        quiet[seq_id] = held if held < cap else cap
+    return never
+
+
+@cython.locals(
+    tables=cython.int[:, :],
+    slot=cython.Py_ssize_t,
+    count=cython.Py_ssize_t,
+    blocks=cython.longlong[:],
+    index=cython.Py_ssize_t,
+)
+def take_row_reversed(tables: np.ndarray, slot: int, count: int, blocks: np.ndarray) -> None:
+    """blocks[:] = tables[slot, count - 1 :: -1] (as int64), then tables[slot, :count] = -1: a released
+    sequence's blocks, last first, and its emptied block-table row (`PagedAllocator.release`)."""
+    if not cython.compiled:
+        blocks[:] = tables[slot, :count][::-1]
+        tables[slot, :count] = -1
+        return
+    for index in range(count):
+        blocks[index] = tables[slot, count - 1 - index]
+        tables[slot, count - 1 - index] = -1
+
+
+@cython.locals(
+    refcount=cython.int[:],
+    blocks=cython.const_longlong[:],
+    freed=cython.longlong[:],
+    index=cython.Py_ssize_t,
+    num_freed=cython.Py_ssize_t,
+    block=cython.longlong,
+    left=cython.int,
+)
+def drop_refs(refcount: np.ndarray, blocks: np.ndarray, freed: np.ndarray) -> int:
+    """refcount[b] -= 1 for each (distinct) block b of `blocks`; those reaching 0 go to freed[:n], in
+    order; returns n (`BlockPool.release`'s first step)."""
+    if not cython.compiled:
+        left = refcount[blocks] - 1
+        refcount[blocks] = left
+        gone = blocks[left == 0]
+        freed[: gone.size] = gone
+        return int(gone.size)
+    num_freed = 0
+    for index in range(blocks.shape[0]):
+        block = blocks[index]
+        left = refcount[block] - 1
+        refcount[block] = left
+        if left == 0:
+            freed[num_freed] = block
+            num_freed += 1
+    return num_freed
