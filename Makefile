@@ -20,7 +20,13 @@ CORE := allocators/_compiled_core.json
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e .
+# kvsim's dependencies (pyproject.toml's list, written out by tomllib) install while pip builds kvsim
+# itself, which compiles the core on every core: the two overlap instead of queueing (a fresh clone's
+# `make demo`, benchmarks/fresh_demo.py). Both must succeed.
+	$(PY) -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]))' \
+	  > $(VENV)/requirements-run.txt
+	$(PY) -m pip install -q -r $(VENV)/requirements-run.txt & deps=$$!; \
+	  $(PY) -m pip install -q --no-deps -e .; built=$$?; wait $$deps && test $$built -eq 0
 	@$(PY) -c "import sim; print('kvsim core:', sim.core_path())"
 	rm -f $(VENV)/.installed-*
 	touch $(STAMP)
