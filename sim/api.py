@@ -24,7 +24,13 @@ from sim.core.engine import EngineConfig, run_engine
 from sim.core.metrics import summarize
 from sim.cost.model import CostModel
 from sim.cost.output_path import apply_output_path, intake_jobs
-from sim.cost.server import ServerTerms, add_frontend_latency, frontend_arrivals, scenario_terms
+from sim.cost.server import (
+    ServerTerms,
+    add_frontend_latency,
+    frontend_arrivals,
+    intake_turn_share,
+    scenario_terms,
+)
 from sim.results import Run
 from sim.scenario.scenario import Scenario
 
@@ -143,7 +149,7 @@ def simulate(
         if queued_s is not None:
             send_s = requests["arrival_s"].to_numpy(np.float64)
             leave_s = send_s + queued_s[requests["request_id"].to_numpy()]
-            share = 0.0 if cost.frontend_blocks_engine else terms.frontend_turn_share
+            share = intake_turn_share(cost.frontend_blocks_engine, terms.frontend_turn_share)
             intake = intake_jobs(send_s, leave_s, cost.frontend_service_s, share)
         apply_output_path(result.requests, result.steps, result.totals, terms.output_service_s, intake)
     add_frontend_latency(result.requests, cost.frontend_s, queued_s)

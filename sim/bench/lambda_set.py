@@ -25,7 +25,10 @@ from sim.cost.server import ServerTerms
 # multiprocessing workers, not Ray (vllm/config.py `ParallelConfig.__init__`, v0.5.1+: backend "mp"
 # unless Ray is already initialised or the GPUs span nodes). The vllm-v0 preset's own defaults are
 # the paper's stack (NCCL, Ray), so the set states this one. Its front end shares the engine's event
-# loop (`AsyncLLMEngine`, vllm/engine/async_llm_engine.py), as the preset assumes.
+# loop (`AsyncLLMEngine`, vllm/engine/async_llm_engine.py), as the preset assumes: the
+# `--disable-frontend-multiprocessing` reading. By default 0.5.4 moves HTTP and tokenisation to
+# their own process (vLLM PR #6883, RPC server vllm/entrypoints/openai/rpc/server.py), which is not
+# modelled yet (docs/cost_model.md "Does vLLM 0.5.4 take a burst in the same way?").
 LAMBDA_STACK = ServerTerms(
     custom_all_reduce=True, ray_workers=False, frontend_in_engine_process=True, source="vLLM v0.5.4 stack"
 )

@@ -40,7 +40,9 @@ switches (`stack_settings`, `frontend_blocks_engine`):
   `EngineCoreClient.add_request_async`, vllm/v1/engine/async_llm.py), and asyncio runs ready tasks in
   turn, so a burst's handlers advance together and reach the engine over the last `turn_share` of
   the loop's busy period (`interleaved_leave_s`). 1: one request after another (the FIFO queue);
-  0: all at the end. Bounds [0, 1]; optional in a profile (absent: 1, the FIFO queue as before).
+  0: all at the end. With the front end in the engine's process (v0) 1 keeps the whole busy period
+  together, as before the share existed (`intake_turn_share`). Bounds [0, 1]; optional in a profile
+  (absent: 1, the FIFO queue as before).
 - `output_service_s`: the loop's time per request-output of a step (`AsyncLLM.output_handler` ->
   `OutputProcessor.process_outputs`, then the request's stream), on the same loop as the intake;
   a client sees a token when the loop has delivered it (sim/cost/output_path.py). Bounds [0, 2 ms];
@@ -326,6 +328,7 @@ __all__ = [
     "add_frontend_latency",
     "check_terms",
     "frontend_queue_s",
+    "intake_turn_share",
     "is_bench_profile",
     "load_profile_terms",
     "profile_document",
@@ -400,6 +403,26 @@ def interleaved_leave_s(
     return np.maximum(leave_s, leave_s[last] - turn_share * service_s * after)
 
 
+def intake_turn_share(blocking: bool, turn_share: float) -> float:
+    """The share of a request's intake in its last turn, as `frontend_arrivals` lays a burst out.
+
+    Why the front end in the engine's process (vLLM v0) reads 1 as 0: its neutral value keeps the
+    rule that held before the share existed, every request of a busy period reaching the engine
+    when the period ends (`busy_period_ends_s`, which `interleaved_leave_s` gives at share 0). A
+    fitted share below 1 is the v1 reading for v0 too: vLLM 0.5.4's engine loop is one more task on
+    the event loop of the process that runs `AsyncLLMEngine` (by default in 0.5.4 the RPC server
+    process of the multiprocessing front end, vllm/entrypoints/openai/rpc/server.py, vLLM PR #6883,
+    which takes each request in as its own task), and its step awaits the model in a worker thread
+    (vllm/engine/async_llm_engine.py `engine_step` -> `step_async` -> `execute_model_async`;
+    vllm/executor/gpu_executor.py `GPUExecutorAsync.execute_model_async`: `make_async`), so the
+    engine takes turns with the burst's requests and prefills what has reached `add_request` while
+    the rest of the burst is still taken in.
+    """
+    if blocking and turn_share >= 1.0:
+        return 0.0
+    return turn_share
+
+
 def frontend_arrivals(
     requests: Any, service_s: float, blocking: bool = False, turn_share: float = 1.0
 ) -> tuple[Any, np.ndarray | None]:
@@ -412,16 +435,17 @@ def frontend_arrivals(
     True): the event loop handles every pending request before the engine loop runs again, so the
     requests of one busy period all reach the engine when it ends (`busy_period_ends_s`): a burst of
     320 requests at 3 ms each starts its first prefill ~1 s late, as measured
-    (../shared/bench/vllm_bench: the first TTFTs of a burst are ~1 s). The engine's steps during a
-    busy period are not slowed (an approximation). A closed loop's arrivals are made by the engine's
-    own arrival source, so it is left as is (`kvsim bench replay` adds the front end to its think
-    time instead).
+    (../shared/bench/vllm_bench: the first TTFTs of a burst are ~1 s); with a fitted `turn_share`
+    < 1 they reach it over the period's last share as in v1 (`intake_turn_share`). The engine's
+    steps during a busy period are not slowed (an approximation). A closed loop's arrivals are
+    made by the engine's own arrival source, so it is left as is (`kvsim bench replay` adds the
+    front end to its think time instead).
     """
     if service_s == 0.0 or requests.attrs.get("closed_loop") is not None or len(requests) == 0:
         return requests, None
     send = requests["arrival_s"].to_numpy(np.float64)
     leave = frontend_queue_s(send, service_s)
-    if blocking:
+    if blocking and turn_share >= 1.0:
         leave = busy_period_ends_s(send, leave)
     elif turn_share < 1.0:
         leave = interleaved_leave_s(send, leave, service_s, turn_share)

@@ -19,7 +19,9 @@ from sim.cost.server import (
     PROFILE_SCHEMA,
     ServerTerms,
     busy_period_ends_s,
+    frontend_arrivals,
     frontend_queue_s,
+    intake_turn_share,
     interleaved_leave_s,
     load_profile_terms,
 )
@@ -43,6 +45,22 @@ def test_turn_share_spans_fifo_and_busy_period_end() -> None:
     assert np.array_equal(interleaved_leave_s(send, leave, 1.0, 0.0), busy_period_ends_s(send, leave))
     # a burst of 4 at 1 s each, a quarter of it in the last turn: the last turns run from 3 s to 4 s
     assert interleaved_leave_s(send, leave, 1.0, 0.25)[:4] == pytest.approx([3.25, 3.5, 3.75, 4.0])
+
+
+def test_front_end_in_the_engine_process_reads_a_turn_share_below_one_as_v1_does() -> None:
+    """v0: the neutral share 1 keeps the whole busy period together (the rule before the share
+    existed); a share below 1 interleaves the burst as in v1 (sim/cost/server.py intake_turn_share)."""
+    assert intake_turn_share(True, 1.0) == 0.0
+    assert intake_turn_share(True, 0.25) == 0.25
+    assert intake_turn_share(False, 1.0) == 1.0
+    table = pd.DataFrame({"request_id": np.arange(5), "arrival_s": [0.0, 0.0, 0.0, 0.0, 10.0]})
+    send = table["arrival_s"].to_numpy()
+    leave = frontend_queue_s(send, 1.0)
+    whole, _ = frontend_arrivals(table, 1.0, blocking=True, turn_share=1.0)
+    assert np.array_equal(whole["arrival_s"].to_numpy(), busy_period_ends_s(send, leave))
+    for blocking in (True, False):
+        shared, _ = frontend_arrivals(table, 1.0, blocking=blocking, turn_share=0.25)
+        assert np.array_equal(shared["arrival_s"].to_numpy(), interleaved_leave_s(send, leave, 1.0, 0.25))
 
 
 def test_intake_jobs_split_each_request_into_earlier_and_last_turns() -> None:
