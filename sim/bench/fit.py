@@ -126,10 +126,15 @@ def grid_table(
 
     `stack`: the serving-stack settings kept fixed (custom all-reduce, Ray workers; None: the engine's).
     `grid`: values per dynamic term (default GRID); a term left out keeps the stack's value.
+    `frontend_s` is always scanned from 0 (FRONTEND_STEP_S steps), whatever `stack` holds: the
+    replays run without it, so that `losses[g, i, k]` is file i with frontend_s = frontends_s[k] exactly,
+    the value `GridTable.terms` returns. (Before, a stack with a front-end delay, the shipped terms
+    sim/bench/lambda_set.py `fit_earlier` starts from, was replayed with it and the scan added on top,
+    while the fitted terms carried the scanned value alone: the fit's optimum was not what it returned.)
     """
     if not files:
         raise ValueError("argument 'files': need at least one bench result file")
-    base = stack if stack is not None else ServerTerms.neutral()
+    base = replace(stack if stack is not None else ServerTerms.neutral(), frontend_s=0.0)
     frontends_s = np.arange(0.0, BOUNDS["frontend_s"][1] + FRONTEND_STEP_S / 2, FRONTEND_STEP_S)
     points = _grid_points(GRID if grid is None else grid)
     scenarios = [scenario_for(bench) for bench in files]

@@ -41,6 +41,18 @@ def test_fit_finds_the_known_terms_back(known_files: list[Path]) -> None:
     assert [r.name for r in result.held_out] == [f.name for f in files]
 
 
+def test_fit_scans_frontend_s_from_zero_whatever_the_stack_holds(known_files: list[Path]) -> None:
+    """A stack that carries a front-end delay (sim/bench/lambda_set.py `fit_earlier` starts from the
+    shipped terms, 0.161 s on H100) must not be replayed with it under the scan: the fitted
+    frontend_s is the scanned value, so the table's losses must be those of that value alone."""
+    files = [read_bench_file(path) for path in known_files]
+    point = {name: (getattr(KNOWN, name),) for name in GRID}  # the known point only: 2 replays
+    stack = ServerTerms(frontend_s=0.2)
+    result = fit_members(grid_table(files, lambda _bench: small_scenario(), stack=stack, grid=point), [0, 1])
+    assert result.terms.frontend_s == pytest.approx(KNOWN.frontend_s)
+    assert result.error_table()["in_sample"]["median_file_mape"] == pytest.approx(0.0, abs=1e-6)
+
+
 def test_cli_fit_writes_a_profile_that_calibration_applies(
     known_files: list[Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
