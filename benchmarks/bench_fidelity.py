@@ -38,6 +38,7 @@ if str(REPO) not in sys.path:
 
 from sim.bench.fit import FitResult, GridTable, fit_members, grid_table  # noqa: E402
 from sim.bench.lambda_set import (  # noqa: E402
+    EARLIER_GRID,
     LAMBDA_GRID,
     LAMBDA_STACK,
     fit_earlier,
@@ -182,10 +183,7 @@ def refit(folder: Path) -> None:
     for gpu in ("A100-80GB", "H100-80GB"):
         result = fit_earlier(files, gpu)
         earlier_held_out.extend(result.held_out)
-        values = {
-            name: result.terms.values()[name]
-            for name in ("frontend_s", "frontend_service_s", "stream_chunk_s")
-        }
+        values = {name: result.terms.values()[name] for name in ("frontend_s", *EARLIER_GRID)}
         _print_fit(
             f"{gpu} earlier script, shipped GPU-side terms + own front end and stream (EARLIER_TERMS)", result
         )
