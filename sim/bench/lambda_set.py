@@ -84,10 +84,11 @@ def group_of(bench: BenchFile) -> str:
 # - the front end: their first first-token comes 0.56-0.67 s after the burst on H100 and ~1.0 s on
 #   A100, whatever the model and TP, where the later runs' terms put it 0.84-1.4 s on H100. Per
 #   request (docs/cost_model.md "The earlier H100 runs request by request"): the engine's first step
-#   holds only the few requests that reached it, the rest join the next steps, and the first to reach
-#   it are sent late in the burst; so the H100 fit takes the burst in interleaved
-#   (`frontend_turn_share` 0.5, sim/cost/server.py `intake_turn_share`), the A100 one (4 of its 5
-#   runs chunked above 32K, where the intake barely shows) keeps the whole busy period (1).
+#   holds only the few requests that reached it and the rest join the next steps, the interleaved
+#   intake (`frontend_turn_share` < 1, sim/cost/server.py `intake_turn_share`) that the H100 fit takes
+#   (0.5); the A100 one (4 of its 5 runs chunked above 32K, where the intake barely shows) keeps the
+#   whole busy period (1). Which requests come first (measured: ones sent late in the burst) is not
+#   modelled: replayed in the measured order, mean TTFT moves by at most 3 points.
 # Fitted by `fit_earlier` on the earlier files of each GPU (EARLIER_GRID, frontend_s scanned from 0 in
 # 1 ms steps, the shipped delay not added: sim/bench/fit.py `grid_table`; benchmarks/bench_fidelity.py
 # --fit prints them and their leave-one-file-out error). Until the scan was made absolute the H100
