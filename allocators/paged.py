@@ -37,11 +37,13 @@ from allocators.ledger import DuplicateLedger
 from allocators.prefix_keys import block_pieces, extended_block_keys, sequence_block_keys
 from allocators.seq_arrays import ceil_div, check_live_seq, check_new_seq, ensure_rows, grown
 from allocators.seq_kernels import (
+    LOOPS_COMPILED,
     admit_seq,
     clear_seq,
     flag_view,
     grow_quiet,
     lean_append,
+    lean_append_popped,
     lean_columns,
     longest_length,
     typed_view,
@@ -49,14 +51,20 @@ from allocators.seq_kernels import (
 
 _EMPTY_IDS = np.zeros(0, dtype=np.int64)
 # Up to this many sequences crossing a block boundary in one grow are served by a scalar loop
-# (`_append_lean_few`); measured faster than the vectorised path below about 13 of them
-# (`benchmarks/lean_crossover.py`: ~0.6 us per sequence + ~3 us against ~11 us for NumPy).
-_LEAN_LOOP_MAX = 12
+# (`_append_lean_few`); as Python, measured faster than the vectorised path below about 13 of them
+# (`benchmarks/lean_crossover.py`: ~0.6 us per sequence + ~3 us against ~11 us for NumPy). Compiled,
+# its loops (seq_kernels: lean_columns, lean_append_popped) are C and win at any count
+# (lean_crossover.py, compiled, a loaded machine: 3-7 us per round against 14-44 us for NumPy, 1 to
+# 64 crossings), so every crossing count takes it.
+_LEAN_LOOP_MAX_PYTHON = 12
+_LEAN_LOOP_MAX = 1 << 62 if LOOPS_COMPILED else _LEAN_LOOP_MAX_PYTHON
 # Up to this many sequences in one grow are handled by a scalar loop (`_grow_few`) instead of the
 # vectorised tiers: the sequence that just finished its prefill, a chunk's one sequence, a small
 # batch. `benchmarks/lean_crossover.py` (second table): the loop costs ~1.2 us + ~0.3 us a sequence
-# against ~3 us for the tiers, and stops winning at about 10 sequences.
-_SCALAR_GROW_MAX = 8
+# against ~3 us for the tiers, and stops winning at about 10 sequences. Compiled, the tiers' first
+# pass is a C loop (seq_kernels.grow_quiet) and wins from 2 sequences (lean_crossover.py, compiled:
+# 1.6-1.8 us against 2.1-5.2 us for 2 to 12), so only one sequence takes the scalar loop.
+_SCALAR_GROW_MAX = 1 if LOOPS_COMPILED else 8
 # Up to this many prefix-hit blocks are counted live in a scalar loop (`_live_hits`), more with NumPy.
 _SCALAR_HITS_MAX = 48
 
@@ -816,35 +824,44 @@ class PagedAllocator(AllocatorBase):
         return True
 
     def _append_lean_few(self, seq_ids: list[int]) -> bool:
-        """`_append_lean` for a handful of sequences, in Python scalars (same blocks, same order).
+        """`_append_lean` in one typed pass over the crossing sequences (same blocks, same order).
 
         Why a loop: a decode step usually has only one or two sequences crossing a block boundary,
         and ~20 small-array NumPy calls cost more than a few scalar updates each. This loops over
         the crossing sequences only (at most _LEAN_LOOP_MAX), never over the batch. The pool's
-        scalar pop is inlined (`BlockPool.allocate_few`): this runs on nearly every decode step.
+        pop is inlined (`BlockPool.allocate_few`'s clean case, in the same loop as the appends):
+        this runs on nearly every decode step.
         """
         count = len(seq_ids)
         pool = self.pool
-        if count > pool.queue.num_free:
+        queue = pool.queue
+        if count > queue.num_free:
             return False
-        lengths, quiet, caps, num_blocks, slots, final, _, _, _ = self._views or self._make_views()
+        lengths, quiet, caps, num_blocks, slots, final, _, _, table = self._views or self._make_views()
         columns = lean_columns(lengths, caps, num_blocks, seq_ids)
         if columns < 0:  # someone (already grown) is past its lean cap
             return False
-        blocks = pool.allocate_few(count)
         if columns > self._tables.shape[1]:
             self._ensure_columns(columns)
-        self._never_tokens += lean_append(
-            (self._views or self._make_views())[8],  # after _ensure_columns, which may replace the table
-            num_blocks,
-            slots,
-            final,
-            quiet,
-            caps,
-            seq_ids,
-            blocks,
-            self.block_size,
-        )
+            table = self._make_views()[8]
+        if queue._num_stale and not queue.head_is_clean(count):  # stale head entries: the general pop
+            blocks = pool.allocate_few(count)
+            never = lean_append(
+                table, num_blocks, slots, final, quiet, caps, seq_ids, blocks, self.block_size
+            )
+        else:  # the head entries are the blocks: take them in place
+            head = queue._head
+            entries, in_queue, refcount, has_key = pool._views or pool._make_views()
+            evicted: list[int] = []
+            never = lean_append_popped(
+                table, num_blocks, slots, final, quiet, caps, seq_ids, self.block_size,
+                entries, in_queue, refcount, has_key, head, evicted,
+            )  # fmt: skip
+            queue._head = head + count
+            queue.num_free -= count
+            if evicted:
+                pool._forget_evicted(evicted)
+        self._never_tokens += never
         self._held_slots += count * self.block_size
         return True
 

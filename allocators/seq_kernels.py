@@ -30,6 +30,10 @@ except ImportError:  # Cython is a build requirement, not a runtime one
 
 import numpy as np
 
+# Whether the loops here run compiled (C loops): then a loop beats NumPy's calls at any batch size,
+# and the callers take their loop paths for any count (allocators/paged.py `_LEAN_LOOP_MAX`).
+LOOPS_COMPILED: bool = bool(cython.compiled)
+
 
 @cython.locals(array=cython.longlong[:])
 def _int64_view(array: np.ndarray) -> object:
@@ -341,6 +345,70 @@ def lean_append(
         seq_id = seq_ids[index]
         have = num_blocks[seq_id]
         tables[slots[seq_id], have] = blocks[index]
+        num_blocks[seq_id] = have + 1
+        held = (have + 1) * block_size
+        if held > final[seq_id]:
+            never += held - final[seq_id]
+        cap = caps[seq_id]
+        quiet[seq_id] = held if held < cap else cap
+    return never
+
+
+@cython.locals(
+    tables=cython.int[:, :],
+    num_blocks=cython.longlong[:],
+    slots=cython.const_longlong[:],
+    final=cython.const_longlong[:],
+    quiet=cython.longlong[:],
+    caps=cython.const_longlong[:],
+    seq_ids=list,
+    block_size=cython.longlong,
+    entries=cython.const_longlong[:],
+    in_queue=cython.uchar[:],
+    refcount=cython.int[:],
+    has_key=cython.uchar[:],
+    head=cython.Py_ssize_t,
+    evicted=list,
+    index=cython.Py_ssize_t,
+    seq_id=cython.longlong,
+    block=cython.longlong,
+    have=cython.longlong,
+    held=cython.longlong,
+    cap=cython.longlong,
+    never=cython.longlong,
+)
+def lean_append_popped(
+    tables: np.ndarray,
+    num_blocks: np.ndarray,
+    slots: np.ndarray,
+    final: np.ndarray,
+    quiet: np.ndarray,
+    caps: np.ndarray,
+    seq_ids: list[int],
+    block_size: int,
+    entries: np.ndarray,
+    in_queue: np.ndarray,
+    refcount: np.ndarray,
+    has_key: np.ndarray,
+    head: int,
+    evicted: list[int],
+) -> int:
+    """`pop_blocks` of len(seq_ids) blocks from entries[head:] and `lean_append` of them, in one pass:
+    block i goes to seq_ids[i] (`PagedAllocator._append_lean_few` when the queue's head is clean)."""
+    if not cython.compiled:
+        blocks = pop_blocks(entries, in_queue, refcount, has_key, head, len(seq_ids), evicted)
+        return lean_append(tables, num_blocks, slots, final, quiet, caps, seq_ids, blocks, block_size)
+    never = 0
+    for index in range(len(seq_ids)):
+        block = entries[head + index]
+        in_queue[block] = 0
+        refcount[block] = 1
+        if has_key[block]:
+            has_key[block] = 0
+            evicted.append(block)
+        seq_id = seq_ids[index]
+        have = num_blocks[seq_id]
+        tables[slots[seq_id], have] = block
         num_blocks[seq_id] = have + 1
         held = (have + 1) * block_size
         if held > final[seq_id]:

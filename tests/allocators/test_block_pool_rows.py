@@ -43,10 +43,11 @@ def test_row_paths_match_array_paths(caching: bool, num_blocks: int, ops: list) 
     typed, plain = BlockPool(num_blocks, caching), BlockPool(num_blocks, caching)
     table = np.full((64, num_blocks + 1), -1, dtype=np.int32)
     rows: list[tuple[int, list[int]]] = []  # (table row, blocks) held in both pools
+    free_slots = list(range(64))[::-1]
     next_key = 0
     for op, amount, pick in ops:
-        if op in ("admit", "few") and amount <= typed.num_free and len(rows) < 64:
-            slot = len(rows)
+        if op in ("admit", "few") and amount <= typed.num_free and free_slots:
+            slot = free_slots.pop()
             if op == "admit":
                 if not typed.allocate_into_row(table, slot, amount):
                     table[slot, :amount] = typed.allocate(amount)
@@ -67,18 +68,13 @@ def test_row_paths_match_array_paths(caching: bool, num_blocks: int, ops: list) 
             got = typed.release_row(table, slot, len(blocks), True)
             assert got is not None and got.tolist() == want.tolist()
             assert (table[slot, : len(blocks)] == -1).all()
-            if rows:  # keep table rows dense: move the last row into the freed one
-                last_slot, last_blocks = rows[-1]
-                if last_slot != slot:
-                    table[slot, : len(last_blocks)] = last_blocks
-                    table[last_slot, : len(last_blocks)] = -1
-                    rows[-1] = (slot, last_blocks)
-        elif op == "touch" and caching and typed.num_cached and len(rows) < 64:  # a cache hit: stale entries
+            free_slots.append(slot)
+        elif op == "touch" and caching and typed.num_cached and free_slots:  # a cache hit: stale entries
             cached = typed.cached_blocks()
             start = pick % cached.size
             hit = cached[start : start + 1 + amount % 3]
             assert typed.touch(hit).tolist() == plain.touch(hit.copy()).tolist()
-            slot = len(rows)
+            slot = free_slots.pop()
             table[slot, : hit.size] = hit
             rows.append((slot, hit.tolist()))
         assert _state(typed) == _state(plain)
