@@ -575,8 +575,10 @@ class PagedAllocator(AllocatorBase):
         pool = self.pool
         if prompt_blocks > pool.queue.num_free:
             return False
-        self._ensure_rows(sid)
-        self._ensure_columns(prompt_blocks)
+        if sid >= self.live.shape[0]:  # `_ensure_rows`' and `_ensure_columns`' tests, without the calls
+            self._ensure_rows(sid)
+        if prompt_blocks > self._tables.shape[1]:
+            self._ensure_columns(prompt_blocks)
         slot = self._take_slot(sid)  # may grow self._tables: views after
         views = self._views or self._make_views()
         if not pool.allocate_into_row(views[8], slot, prompt_blocks):  # stale queue head: in arrays
