@@ -20,7 +20,15 @@ from collections.abc import Hashable, Sequence
 
 import numpy as np
 
-from allocators.seq_kernels import drop_refs
+from allocators.seq_kernels import (
+    drop_refs,
+    flag_view,
+    pop_blocks,
+    pop_into_row,
+    release_row_to_tail,
+    take_row_reversed,
+    typed_view,
+)
 
 
 class FreeBlockQueue:
@@ -229,6 +237,26 @@ class BlockPool:
         self._key_of_block: list[Hashable | None] = [None] * num_blocks
         self._block_by_key: dict[Hashable, int] = {}
         self.num_cached = 0  # free blocks still findable by key
+        # Typed views (seq_kernels.typed_view, flag_view) of the queue's entries and in_queue flags,
+        # the refcounts and has_key, for the typed pops and pushes; made when first needed (none of
+        # these arrays is ever replaced) and left out of deepcopy and pickle state.
+        self._views: tuple | None = None
+
+    def _make_views(self) -> tuple:
+        queue = self.queue
+        self._views = (
+            typed_view(queue._entries),
+            flag_view(queue.in_queue),
+            typed_view(self.refcount),
+            flag_view(self.has_key),
+        )
+        return self._views
+
+    def __getstate__(self) -> dict:
+        """State without the typed views: a copy makes its own from its own arrays."""
+        state = self.__dict__.copy()
+        state["_views"] = None
+        return state
 
     @property
     def num_free(self) -> int:
@@ -277,34 +305,53 @@ class BlockPool:
         return blocks
 
     def allocate_few(self, count: int) -> list[int]:
-        """`allocate(count)` as a list, in scalar steps (for the handful of blocks of a decode step)."""
+        """`allocate(count)` as a list, in one typed pass (for the handful of blocks of a decode step)."""
         queue = self.queue
         if queue._num_stale and not queue.head_is_clean(count):  # stale head entries: general path
             return self.allocate(count).tolist()
-        # FreeBlockQueue.pop_few's clean case, inlined with the refcount stores and evictions in one
-        # loop (every decode step that crosses a block boundary comes here)
+        # FreeBlockQueue.pop's clean case with the refcount stores and evictions, in one loop (every
+        # decode step that crosses a block boundary comes here)
         head = queue._head
         if count > queue._tail - head:
             raise RuntimeError(f"free queue exhausted: {count - (queue._tail - head)} more blocks wanted")
-        blocks = queue._entries[head : head + count].tolist()
+        entries, in_queue, refcount, has_key = self._views or self._make_views()
+        evicted: list[int] = []
+        blocks = pop_blocks(entries, in_queue, refcount, has_key, head, count, evicted)
         queue._head = head + count
-        in_queue, refcount = queue.in_queue, self.refcount
-        if self.num_cached:  # a popped block still holding a cached key is evicted (`_forget`, inlined)
-            has_key, by_key, key_of_block = self.has_key, self._block_by_key, self._key_of_block
-            for block in blocks:
-                in_queue[block] = False
-                refcount[block] = 1
-                if has_key[block]:
-                    del by_key[key_of_block[block]]
-                    key_of_block[block] = None
-                    has_key[block] = False
-                    self.num_cached -= 1
-        else:
-            for block in blocks:
-                in_queue[block] = False
-                refcount[block] = 1
         queue.num_free -= count
+        if evicted:
+            self._forget_evicted(evicted)
         return blocks
+
+    def allocate_into_row(self, table: object, slot: int, count: int) -> bool:
+        """`allocate(count)` written to table[slot, :count] (a typed view of a block table), in one typed
+        pass, when the queue's head entries are all valid; False, having done nothing, otherwise.
+
+        Why: an admission takes its prompt's blocks straight into its block-table row, without the
+        array `allocate` returns and the scatter of it.
+        """
+        queue = self.queue
+        if queue._num_stale and not queue.head_is_clean(count):
+            return False
+        head = queue._head
+        if count > queue._tail - head:
+            raise RuntimeError(f"free queue exhausted: {count - (queue._tail - head)} more blocks wanted")
+        entries, in_queue, refcount, has_key = self._views or self._make_views()
+        evicted: list[int] = []
+        pop_into_row(entries, in_queue, refcount, has_key, head, count, table, slot, evicted)
+        queue._head = head + count
+        queue.num_free -= count
+        if evicted:
+            self._forget_evicted(evicted)
+        return True
+
+    def _forget_evicted(self, evicted: list[int]) -> None:
+        """Forget the keys of popped cached blocks (their has_key already cleared), in order (`_forget`)."""
+        by_key, key_of_block = self._block_by_key, self._key_of_block
+        for block in evicted:
+            del by_key[key_of_block[block]]
+            key_of_block[block] = None
+        self.num_cached -= len(evicted)
 
     def register(self, block: int, key: Hashable) -> bool:
         """Make a live, full block findable by `key`; False if a live block already holds that key."""
@@ -383,6 +430,41 @@ class BlockPool:
                 return freed
         self.queue.push(freed)
         return freed
+
+    def release_row(self, table: object, slot: int, count: int, want_freed: bool) -> np.ndarray | None:
+        """`release` of the blocks in table[slot, :count] (a typed view of a block table), last first,
+        emptying the row (-1); returns the freed blocks when `want_freed`, else None.
+
+        Why: a sequence's release is a handful of blocks, where `release`'s array calls cost more
+        than the work. Without caching (every freed block goes to the tail) and with the queue
+        free of stale entries and room at its tail, it is one typed pass; otherwise `release`.
+        """
+        queue = self.queue
+        tail = queue._tail
+        if (
+            self.enable_caching
+            or queue._num_stale
+            or queue._stamps_raised
+            or tail + count > queue._entries.size
+        ):
+            blocks = np.empty(count, dtype=np.int64)
+            take_row_reversed(table, slot, count, blocks)
+            freed = self.release(blocks)
+            return freed if want_freed else None
+        entries, in_queue, refcount, _ = self._views or self._make_views()
+        num_freed = release_row_to_tail(table, slot, count, refcount, entries, in_queue, tail)
+        queue._tail = tail + num_freed
+        queue.num_free += num_freed
+        if self._block_by_key and num_freed:  # named blocks exist: freed ones lose their names
+            freed = queue._entries[tail : tail + num_freed]
+            keyed = freed[self.has_key[freed]]
+            if keyed.size:
+                by_key, key_of_block = self._block_by_key, self._key_of_block
+                for block in keyed.tolist():
+                    del by_key[key_of_block[block]]
+                    key_of_block[block] = None
+                self.has_key[keyed] = False
+        return queue._entries[tail : tail + num_freed].copy() if want_freed else None
 
     def cached_blocks(self) -> np.ndarray:
         """Free blocks still findable by key."""

@@ -33,6 +33,7 @@ longlong = _CType("long long")
 double = _CType("double")
 int = _CType("int")  # Cython's name; nothing in this module uses the builtin int
 bint = _CType("bint")
+uchar = _CType("unsigned char")  # uint8 views of bool arrays: uchar[:]
 const_longlong = _CType("const long long")  # read-only memoryviews: const_longlong[:]
 const_double = _CType("const double")
 

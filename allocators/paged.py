@@ -37,24 +37,34 @@ from allocators.ledger import DuplicateLedger
 from allocators.prefix_keys import block_pieces, extended_block_keys, sequence_block_keys
 from allocators.seq_arrays import ceil_div, check_live_seq, check_new_seq, ensure_rows, grown
 from allocators.seq_kernels import (
+    LOOPS_COMPILED,
+    admit_seq,
+    clear_seq,
+    flag_view,
     grow_quiet,
     lean_append,
+    lean_append_popped,
     lean_columns,
     longest_length,
-    take_row_reversed,
     typed_view,
 )
 
 _EMPTY_IDS = np.zeros(0, dtype=np.int64)
 # Up to this many sequences crossing a block boundary in one grow are served by a scalar loop
-# (`_append_lean_few`); measured faster than the vectorised path below about 13 of them
-# (`benchmarks/lean_crossover.py`: ~0.6 us per sequence + ~3 us against ~11 us for NumPy).
-_LEAN_LOOP_MAX = 12
+# (`_append_lean_few`); as Python, measured faster than the vectorised path below about 13 of them
+# (`benchmarks/lean_crossover.py`: ~0.6 us per sequence + ~3 us against ~11 us for NumPy). Compiled,
+# its loops (seq_kernels: lean_columns, lean_append_popped) are C and win at any count
+# (lean_crossover.py, compiled, a loaded machine: 3-7 us per round against 14-44 us for NumPy, 1 to
+# 64 crossings), so every crossing count takes it.
+_LEAN_LOOP_MAX_PYTHON = 12
+_LEAN_LOOP_MAX = 1 << 62 if LOOPS_COMPILED else _LEAN_LOOP_MAX_PYTHON
 # Up to this many sequences in one grow are handled by a scalar loop (`_grow_few`) instead of the
 # vectorised tiers: the sequence that just finished its prefill, a chunk's one sequence, a small
 # batch. `benchmarks/lean_crossover.py` (second table): the loop costs ~1.2 us + ~0.3 us a sequence
-# against ~3 us for the tiers, and stops winning at about 10 sequences.
-_SCALAR_GROW_MAX = 8
+# against ~3 us for the tiers, and stops winning at about 10 sequences. Compiled, the tiers' first
+# pass is a C loop (seq_kernels.grow_quiet) and wins from 2 sequences (lean_crossover.py, compiled:
+# 1.6-1.8 us against 2.1-5.2 us for 2 to 12), so only one sequence takes the scalar loop.
+_SCALAR_GROW_MAX = 1 if LOOPS_COMPILED else 8
 # Up to this many prefix-hit blocks are counted live in a scalar loop (`_live_hits`), more with NumPy.
 _SCALAR_HITS_MAX = 48
 
@@ -251,8 +261,10 @@ class PagedAllocator(AllocatorBase):
         # Typed views (seq_kernels.typed_view) of lengths, quiet limits, lean caps, block counts, table
         # slots, final lengths, final_block_from, final tails and the block table, in that order, for
         # the typed loops; None after any of those arrays is replaced (`_ensure_rows`, `_ensure_columns`,
-        # `_take_slot`), rebuilt by `_make_views` when next needed.
+        # `_take_slot`), rebuilt by `_make_views` when next needed. `_flag_views`: views of `live` (as
+        # uint8, seq_kernels.flag_view) and prefix_hit, made with `_views` (valid whenever it is).
         self._views: tuple | None = None
+        self._flag_views: tuple | None = None
 
     # ---- per-sequence arrays -------------------------------------------------------------
     # Every array indexed by seq id, with its "no sequence" value (seq_arrays.ensure_rows keeps them in step).
@@ -274,6 +286,7 @@ class PagedAllocator(AllocatorBase):
         if seq_id >= self.live.shape[0]:  # the arrays are replaced by longer ones
             ensure_rows(self, seq_id, self._ROW_FILLS)
             self._views = None
+            self._flag_views = None
 
     def _ensure_columns(self, num_blocks: int) -> None:
         cols = self._tables.shape[1]
@@ -301,6 +314,7 @@ class PagedAllocator(AllocatorBase):
                 self._tables,
             )
         )
+        self._flag_views = (flag_view(self.live), typed_view(self.prefix_hit))
         return self._views
 
     def __getstate__(self) -> dict:
@@ -308,6 +322,7 @@ class PagedAllocator(AllocatorBase):
         and pickling): a copy makes its own from its own arrays."""
         state = self.__dict__.copy()
         state["_views"] = None
+        state["_flag_views"] = None
         return state
 
     def _take_slot(self, seq_id: int) -> int:
@@ -557,26 +572,22 @@ class PagedAllocator(AllocatorBase):
             else min(seq.prompt_tokens, seq.first_chunk_tokens)
         )
         prompt_blocks = -(-prompt // bs)
-        if prompt_blocks > self.pool.queue.num_free:
+        pool = self.pool
+        if prompt_blocks > pool.queue.num_free:
             return False
-        new_blocks = self.pool.allocate(prompt_blocks)
-        self._ensure_rows(sid)
-        self._ensure_columns(prompt_blocks)
-        slot = self._take_slot(sid)  # may grow self._tables: index after
-        self._tables[slot, :prompt_blocks] = new_blocks
+        if sid >= self.live.shape[0]:  # `_ensure_rows`' and `_ensure_columns`' tests, without the calls
+            self._ensure_rows(sid)
+        if prompt_blocks > self._tables.shape[1]:
+            self._ensure_columns(prompt_blocks)
+        slot = self._take_slot(sid)  # may grow self._tables: views after
+        views = self._views or self._make_views()
+        if not pool.allocate_into_row(views[8], slot, prompt_blocks):  # stale queue head: in arrays
+            self._tables[slot, :prompt_blocks] = pool.allocate(prompt_blocks)
         final = seq.final_tokens
-        self.live[sid] = True
         self._num_live += 1
-        self.lengths_tokens[sid] = prompt
-        self.num_seq_blocks[sid] = prompt_blocks
-        self.final_tokens[sid] = final
-        tail = -final % bs
-        self.final_tail_tokens[sid] = tail
-        self.final_block_from_tokens[sid] = final + tail - bs + 1
-        self.prefix_hit[sid] = 0
         if self.cpu_tier is not None:  # nothing named, nothing to store: the lookup still counts
             self.cpu_tier.record_admission(seq.prompt_tokens, 0, 0)
-        # _count_in(sid, 1) and _set_limits_of(sid), from the values just stored
+        # _count_in(sid, 1) and _set_limits_of(sid), from the values stored below
         held = prompt_blocks * bs
         self._stored_tokens += prompt
         self._held_slots += held
@@ -585,8 +596,14 @@ class PagedAllocator(AllocatorBase):
         quiet = min(held, cap)
         if self._num_cow_flagged and self.cow_flag[sid]:
             quiet, cap = prompt, -1
-        self.quiet_limit_tokens[sid] = quiet
-        self._lean_cap_tokens[sid] = cap
+        lengths, quiet_limits, caps, num_blocks, _, finals, block_from, tails, _ = views
+        live, prefix_hit = self._flag_views
+        # live, length, blocks, final length (with `_set_final`'s tail and block_from), no prefix hit,
+        # quiet limit and lean cap: one typed call
+        admit_seq(
+            lengths, quiet_limits, caps, num_blocks, finals, block_from, tails, live, prefix_hit,
+            sid, prompt, prompt_blocks, final, quiet, cap, bs,
+        )  # fmt: skip
         return True
 
     # ---- growth ------------------------------------------------------------------------------
@@ -809,35 +826,44 @@ class PagedAllocator(AllocatorBase):
         return True
 
     def _append_lean_few(self, seq_ids: list[int]) -> bool:
-        """`_append_lean` for a handful of sequences, in Python scalars (same blocks, same order).
+        """`_append_lean` in one typed pass over the crossing sequences (same blocks, same order).
 
         Why a loop: a decode step usually has only one or two sequences crossing a block boundary,
         and ~20 small-array NumPy calls cost more than a few scalar updates each. This loops over
         the crossing sequences only (at most _LEAN_LOOP_MAX), never over the batch. The pool's
-        scalar pop is inlined (`BlockPool.allocate_few`): this runs on nearly every decode step.
+        pop is inlined (`BlockPool.allocate_few`'s clean case, in the same loop as the appends):
+        this runs on nearly every decode step.
         """
         count = len(seq_ids)
         pool = self.pool
-        if count > pool.queue.num_free:
+        queue = pool.queue
+        if count > queue.num_free:
             return False
-        lengths, quiet, caps, num_blocks, slots, final, _, _, _ = self._views or self._make_views()
+        lengths, quiet, caps, num_blocks, slots, final, _, _, table = self._views or self._make_views()
         columns = lean_columns(lengths, caps, num_blocks, seq_ids)
         if columns < 0:  # someone (already grown) is past its lean cap
             return False
-        blocks = pool.allocate_few(count)
         if columns > self._tables.shape[1]:
             self._ensure_columns(columns)
-        self._never_tokens += lean_append(
-            (self._views or self._make_views())[8],  # after _ensure_columns, which may replace the table
-            num_blocks,
-            slots,
-            final,
-            quiet,
-            caps,
-            seq_ids,
-            blocks,
-            self.block_size,
-        )
+            table = self._make_views()[8]
+        if queue._num_stale and not queue.head_is_clean(count):  # stale head entries: the general pop
+            blocks = pool.allocate_few(count)
+            never = lean_append(
+                table, num_blocks, slots, final, quiet, caps, seq_ids, blocks, self.block_size
+            )
+        else:  # the head entries are the blocks: take them in place
+            head = queue._head
+            entries, in_queue, refcount, has_key = pool._views or pool._make_views()
+            evicted: list[int] = []
+            never = lean_append_popped(
+                table, num_blocks, slots, final, quiet, caps, seq_ids, self.block_size,
+                entries, in_queue, refcount, has_key, head, evicted,
+            )  # fmt: skip
+            queue._head = head + count
+            queue.num_free -= count
+            if evicted:
+                pool._forget_evicted(evicted)
+        self._never_tokens += never
         self._held_slots += count * self.block_size
         return True
 
@@ -977,7 +1003,6 @@ class PagedAllocator(AllocatorBase):
 
     def release(self, seq_id: int) -> None:
         check_live_seq(self, seq_id)
-        self._count_in(seq_id, -1)
         count = self.num_seq_blocks.item(seq_id)
         slot = self.table_slot.item(seq_id)
         if self._tier_prefilling:
@@ -986,24 +1011,25 @@ class PagedAllocator(AllocatorBase):
             self._name_filled_blocks(seq_id, self._tables[slot, :count].astype(np.int64))
         elif self._tier_next_block:
             self._tier_next_block.pop(seq_id, None)
-        blocks = np.empty(count, dtype=np.int64)  # tail first: evicted first
-        take_row_reversed(
-            (self._views or self._make_views())[8], slot, count, blocks
-        )  # and empties the row (-1)
-        freed = self.pool.release(blocks)
+        views = self._views or self._make_views()
+        # the row's blocks go back to the pool tail first (evicted first), and the row is emptied (-1)
+        freed = self.pool.release_row(views[8], slot, count, bool(self._block_content))
         if self._block_content:  # as _drop_content, without the call when nothing is named
             self._drop_content(freed)
         self._free_slots.append(slot)
-        self.table_slot[seq_id] = -1
         if self._num_cow_flagged and self.cow_flag.item(seq_id):
             self.cow_flag[seq_id] = False
             self._num_cow_flagged -= 1
-        self.live[seq_id] = False
+        # `_count_in(seq_id, -1)`, and the row back to "no sequence" (a dead id is never quiet:
+        # growing it takes the general path), in one typed call
+        lengths, quiet, caps, num_blocks, slots, final, _, _, _ = views
+        stored, held, never = clear_seq(
+            lengths, quiet, caps, num_blocks, slots, final, self._flag_views[0], seq_id, self.block_size
+        )
+        self._stored_tokens -= stored
+        self._held_slots -= held
+        self._never_tokens -= never
         self._num_live -= 1
-        self.lengths_tokens[seq_id] = 0
-        self.num_seq_blocks[seq_id] = 0
-        self.quiet_limit_tokens[seq_id] = 0  # a dead id is never quiet: growing it takes the general path
-        self._lean_cap_tokens[seq_id] = -1
 
     def fork(self, parent_id: int, child: SeqSpec) -> bool:
         """Child shares every parent block (refcount+1); copy-on-write happens at the first write."""

@@ -30,6 +30,10 @@ except ImportError:  # Cython is a build requirement, not a runtime one
 
 import numpy as np
 
+# Whether the loops here run compiled (C loops): then a loop beats NumPy's calls at any batch size,
+# and the callers take their loop paths for any count (allocators/paged.py `_LEAN_LOOP_MAX`).
+LOOPS_COMPILED: bool = bool(cython.compiled)
+
 
 @cython.locals(array=cython.longlong[:])
 def _int64_view(array: np.ndarray) -> object:
@@ -352,6 +356,70 @@ def lean_append(
 
 @cython.locals(
     tables=cython.int[:, :],
+    num_blocks=cython.longlong[:],
+    slots=cython.const_longlong[:],
+    final=cython.const_longlong[:],
+    quiet=cython.longlong[:],
+    caps=cython.const_longlong[:],
+    seq_ids=list,
+    block_size=cython.longlong,
+    entries=cython.const_longlong[:],
+    in_queue=cython.uchar[:],
+    refcount=cython.int[:],
+    has_key=cython.uchar[:],
+    head=cython.Py_ssize_t,
+    evicted=list,
+    index=cython.Py_ssize_t,
+    seq_id=cython.longlong,
+    block=cython.longlong,
+    have=cython.longlong,
+    held=cython.longlong,
+    cap=cython.longlong,
+    never=cython.longlong,
+)
+def lean_append_popped(
+    tables: np.ndarray,
+    num_blocks: np.ndarray,
+    slots: np.ndarray,
+    final: np.ndarray,
+    quiet: np.ndarray,
+    caps: np.ndarray,
+    seq_ids: list[int],
+    block_size: int,
+    entries: np.ndarray,
+    in_queue: np.ndarray,
+    refcount: np.ndarray,
+    has_key: np.ndarray,
+    head: int,
+    evicted: list[int],
+) -> int:
+    """`pop_blocks` of len(seq_ids) blocks from entries[head:] and `lean_append` of them, in one pass:
+    block i goes to seq_ids[i] (`PagedAllocator._append_lean_few` when the queue's head is clean)."""
+    if not cython.compiled:
+        blocks = pop_blocks(entries, in_queue, refcount, has_key, head, len(seq_ids), evicted)
+        return lean_append(tables, num_blocks, slots, final, quiet, caps, seq_ids, blocks, block_size)
+    never = 0
+    for index in range(len(seq_ids)):
+        block = entries[head + index]
+        in_queue[block] = 0
+        refcount[block] = 1
+        if has_key[block]:
+            has_key[block] = 0
+            evicted.append(block)
+        seq_id = seq_ids[index]
+        have = num_blocks[seq_id]
+        tables[slots[seq_id], have] = block
+        num_blocks[seq_id] = have + 1
+        held = (have + 1) * block_size
+        if held > final[seq_id]:
+            never += held - final[seq_id]
+        cap = caps[seq_id]
+        quiet[seq_id] = held if held < cap else cap
+    return never
+
+
+@cython.locals(
+    tables=cython.int[:, :],
     slot=cython.Py_ssize_t,
     count=cython.Py_ssize_t,
     blocks=cython.longlong[:],
@@ -396,3 +464,263 @@ def drop_refs(refcount: np.ndarray, blocks: np.ndarray, freed: np.ndarray) -> in
             freed[num_freed] = block
             num_freed += 1
     return num_freed
+
+
+# ---- the block pool's free queue (allocators/block_pool.py) -------------------------------------
+# A pop takes the blocks at the queue's head when those entries are all valid (the caller checks:
+# no stale entry among them): each leaves the queue (in_queue 0), gets refcount 1, and one still
+# named by a cached key is reported in `evicted` (its name cleared in has_key; the caller forgets
+# the key). A push appends freed blocks at the tail. Boolean arrays come as uint8 views
+# (`ndarray.view(np.uint8)`: a typed memoryview does not take NumPy's bool format).
+
+
+@cython.locals(array=cython.uchar[:])
+def _uint8_view(array: np.ndarray) -> object:
+    return array
+
+
+def flag_view(array: np.ndarray) -> object:
+    """A typed memoryview of a bool array (as uint8, writing through) for the loops here; as Python
+    (`cython.compiled` false) the uint8 view itself."""
+    as_bytes = array.view(np.uint8)
+    if not cython.compiled:
+        return as_bytes
+    return _uint8_view(as_bytes)
+
+
+@cython.locals(
+    entries=cython.const_longlong[:],
+    in_queue=cython.uchar[:],
+    refcount=cython.int[:],
+    has_key=cython.uchar[:],
+    head=cython.Py_ssize_t,
+    count=cython.Py_ssize_t,
+    evicted=list,
+    index=cython.Py_ssize_t,
+    block=cython.longlong,
+)
+def pop_blocks(
+    entries: np.ndarray,
+    in_queue: np.ndarray,
+    refcount: np.ndarray,
+    has_key: np.ndarray,
+    head: int,
+    count: int,
+    evicted: list[int],
+) -> list[int]:
+    """The `count` blocks at entries[head:], taken (in_queue 0, refcount 1), as a list of ints; blocks
+    still named are cleared in has_key and appended to `evicted`, in order (`BlockPool.allocate_few`)."""
+    if not cython.compiled:
+        blocks = entries[head : head + count].tolist()
+        for block in blocks:
+            in_queue[block] = 0
+            refcount[block] = 1
+            if has_key[block]:
+                has_key[block] = 0
+                evicted.append(block)
+        return blocks
+    blocks_out: list = []
+    for index in range(head, head + count):
+        block = entries[index]
+        in_queue[block] = 0
+        refcount[block] = 1
+        if has_key[block]:
+            has_key[block] = 0
+            evicted.append(block)
+        blocks_out.append(block)
+    return blocks_out
+
+
+@cython.locals(
+    entries=cython.const_longlong[:],
+    in_queue=cython.uchar[:],
+    refcount=cython.int[:],
+    has_key=cython.uchar[:],
+    head=cython.Py_ssize_t,
+    count=cython.Py_ssize_t,
+    tables=cython.int[:, :],
+    slot=cython.Py_ssize_t,
+    evicted=list,
+    index=cython.Py_ssize_t,
+    block=cython.longlong,
+)
+def pop_into_row(
+    entries: np.ndarray,
+    in_queue: np.ndarray,
+    refcount: np.ndarray,
+    has_key: np.ndarray,
+    head: int,
+    count: int,
+    tables: np.ndarray,
+    slot: int,
+    evicted: list[int],
+) -> None:
+    """`pop_blocks`, the blocks written to tables[slot, :count] instead of returned (an admission)."""
+    if not cython.compiled:
+        blocks = entries[head : head + count]
+        tables[slot, :count] = blocks
+        for block in blocks.tolist():
+            in_queue[block] = 0
+            refcount[block] = 1
+            if has_key[block]:
+                has_key[block] = 0
+                evicted.append(block)
+        return
+    for index in range(count):
+        block = entries[head + index]
+        in_queue[block] = 0
+        refcount[block] = 1
+        if has_key[block]:
+            has_key[block] = 0
+            evicted.append(block)
+        tables[slot, index] = block
+
+
+@cython.locals(
+    tables=cython.int[:, :],
+    slot=cython.Py_ssize_t,
+    count=cython.Py_ssize_t,
+    refcount=cython.int[:],
+    entries=cython.longlong[:],
+    in_queue=cython.uchar[:],
+    tail=cython.Py_ssize_t,
+    index=cython.Py_ssize_t,
+    num_freed=cython.Py_ssize_t,
+    block=cython.longlong,
+    left=cython.int,
+)
+def release_row_to_tail(
+    tables: np.ndarray,
+    slot: int,
+    count: int,
+    refcount: np.ndarray,
+    entries: np.ndarray,
+    in_queue: np.ndarray,
+    tail: int,
+) -> int:
+    """A released block-table row, last block first: the row emptied (-1), one reference dropped from
+    each block, and those freed pushed at entries[tail:] (in_queue 1), in that order; returns how many.
+
+    `take_row_reversed`, `drop_refs` and the free queue's push in one pass (`BlockPool.release_row`:
+    no caching, so every freed block goes to the tail, and no stamps to keep).
+    """
+    if not cython.compiled:
+        blocks = tables[slot, :count][::-1].astype(np.int64)
+        tables[slot, :count] = -1
+        left = refcount[blocks] - 1
+        refcount[blocks] = left
+        freed = blocks[left == 0]
+        entries[tail : tail + freed.size] = freed
+        in_queue[freed] = 1
+        return int(freed.size)
+    num_freed = 0
+    for index in range(count - 1, -1, -1):
+        block = tables[slot, index]
+        tables[slot, index] = -1
+        left = refcount[block] - 1
+        refcount[block] = left
+        if left == 0:
+            entries[tail + num_freed] = block
+            in_queue[block] = 1
+            num_freed += 1
+    return num_freed
+
+
+# ---- one sequence's per-sequence stores (admission and release) ---------------------------------
+
+
+@cython.locals(
+    lengths=cython.longlong[:],
+    quiet=cython.longlong[:],
+    caps=cython.longlong[:],
+    num_blocks=cython.longlong[:],
+    slots=cython.longlong[:],
+    final=cython.const_longlong[:],
+    live=cython.uchar[:],
+    seq_id=cython.Py_ssize_t,
+    block_size=cython.longlong,
+    length=cython.longlong,
+    held=cython.longlong,
+    final_length=cython.longlong,
+    never=cython.longlong,
+)
+def clear_seq(
+    lengths: np.ndarray,
+    quiet: np.ndarray,
+    caps: np.ndarray,
+    num_blocks: np.ndarray,
+    slots: np.ndarray,
+    final: np.ndarray,
+    live: np.ndarray,
+    seq_id: int,
+    block_size: int,
+) -> tuple[int, int, int]:
+    """A released sequence's row back to "no sequence" (not live, length and blocks 0, no table slot,
+    quiet limit 0, lean cap -1); returns its (tokens, held slots, never-filled slots) before, the
+    share of the paged allocator's running totals it leaves (`PagedAllocator._count_in`)."""
+    length = lengths[seq_id]
+    held = num_blocks[seq_id] * block_size
+    final_length = final[seq_id]
+    never = held - (final_length if final_length > length else length)
+    if never < 0:
+        never = 0
+    live[seq_id] = 0
+    lengths[seq_id] = 0
+    num_blocks[seq_id] = 0
+    slots[seq_id] = -1
+    quiet[seq_id] = 0
+    caps[seq_id] = -1
+    if not cython.compiled:  # Python ints, as `.item()` gave them
+        return int(length), int(held), int(never)
+    return length, held, never
+
+
+@cython.locals(
+    lengths=cython.longlong[:],
+    quiet=cython.longlong[:],
+    caps=cython.longlong[:],
+    num_blocks=cython.longlong[:],
+    final=cython.longlong[:],
+    block_from=cython.longlong[:],
+    tail=cython.longlong[:],
+    live=cython.uchar[:],
+    prefix_hit=cython.longlong[:],
+    seq_id=cython.Py_ssize_t,
+    length=cython.longlong,
+    blocks=cython.longlong,
+    final_length=cython.longlong,
+    quiet_limit=cython.longlong,
+    cap=cython.longlong,
+    block_size=cython.longlong,
+    tail_slots=cython.longlong,
+)
+def admit_seq(
+    lengths: np.ndarray,
+    quiet: np.ndarray,
+    caps: np.ndarray,
+    num_blocks: np.ndarray,
+    final: np.ndarray,
+    block_from: np.ndarray,
+    tail: np.ndarray,
+    live: np.ndarray,
+    prefix_hit: np.ndarray,
+    seq_id: int,
+    length: int,
+    blocks: int,
+    final_length: int,
+    quiet_limit: int,
+    cap: int,
+    block_size: int,
+) -> None:
+    """A new sequence's row (`PagedAllocator._admit_plain`'s stores): live, its length and block count,
+    final length with its tail and block_from (as `_set_final`), no prefix hit, quiet limit and cap."""
+    tail_slots = -final_length % block_size  # Python's floor modulo on both paths (cdivision is off)
+    live[seq_id] = 1
+    lengths[seq_id] = length
+    num_blocks[seq_id] = blocks
+    final[seq_id] = final_length
+    tail[seq_id] = tail_slots
+    block_from[seq_id] = final_length + tail_slots - block_size + 1
+    prefix_hit[seq_id] = 0
+    quiet[seq_id] = quiet_limit
+    caps[seq_id] = cap

@@ -1,7 +1,8 @@
 """The paged allocator's two lean-append paths leave exactly the same state.
 
 Why: `grow` serves up to `_LEAN_LOOP_MAX` crossing sequences with a scalar loop (`_append_lean_few`)
-and more with NumPy (`_append_lean`); issue 16 moved that threshold to the measured crossover, which
+and more with NumPy (`_append_lean`); issue 16 moved that threshold to the measured crossover (as
+Python, `_LEAN_LOOP_MAX_PYTHON`; compiled, the loop takes every count), which
 is only sound if both paths give the same blocks to the same sequences in the same order and keep
 the same totals and limits. Counts on both sides of the threshold, final lengths inside the new
 block (never-filled slots), and a short table (column growth) are covered.
@@ -18,7 +19,7 @@ import numpy as np
 import pytest
 
 from allocators.base import SeqSpec
-from allocators.paged import _LEAN_LOOP_MAX, PagedAllocator
+from allocators.paged import _LEAN_LOOP_MAX_PYTHON, PagedAllocator
 
 BLOCK_SIZE = 16
 
@@ -47,7 +48,9 @@ def _state(alloc: PagedAllocator) -> dict[str, object]:
     }
 
 
-@pytest.mark.parametrize("count", [1, 2, _LEAN_LOOP_MAX, _LEAN_LOOP_MAX + 1, 3 * _LEAN_LOOP_MAX])
+@pytest.mark.parametrize(
+    "count", [1, 2, _LEAN_LOOP_MAX_PYTHON, _LEAN_LOOP_MAX_PYTHON + 1, 3 * _LEAN_LOOP_MAX_PYTHON]
+)
 def test_scalar_and_numpy_lean_append_agree(count: int) -> None:
     rng = np.random.default_rng(count)
     alloc = PagedAllocator("paged", 4096 * BLOCK_SIZE, BLOCK_SIZE)

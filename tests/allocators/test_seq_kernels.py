@@ -9,6 +9,7 @@ the loops themselves as Python.
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 import sys
 from pathlib import Path
@@ -238,3 +239,205 @@ def test_a_deep_copied_paged_allocator_makes_its_own_views() -> None:
     assert probe.grow(np.array([0]), 30).size == 0
     assert int(alloc.lengths_tokens[0]) == 21 and int(probe.lengths_tokens[0]) == 51
     assert alloc.state_snapshot() != probe.state_snapshot()
+
+
+@KERNELS
+@settings(max_examples=100, deadline=None)
+@given(
+    num_blocks=st.integers(4, 60),
+    head=st.integers(0, 20),
+    count=st.integers(0, 20),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_block_pool_pop_and_push_loops(
+    kernels: ModuleType, num_blocks: int, head: int, count: int, seed: int
+) -> None:
+    """The free queue's typed pop (as a list and into a table row) and the release of a table row equal
+    the array expressions `BlockPool.allocate` and `release` use."""
+    rng = np.random.default_rng(seed)
+    count = min(count, num_blocks)
+    head = min(head, 2 * num_blocks - count)
+    entries = np.zeros(2 * num_blocks + 1, dtype=np.int64)
+    entries[head : head + count] = rng.permutation(num_blocks)[:count]
+    in_queue = rng.integers(0, 2, num_blocks).astype(bool)
+    refcount = rng.integers(0, 3, num_blocks).astype(np.int32)
+    has_key = rng.integers(0, 2, num_blocks).astype(bool)
+    taken = entries[head : head + count]
+    exp_in_queue, exp_refcount, exp_has_key = in_queue.copy(), refcount.copy(), has_key.copy()
+    exp_in_queue[taken] = False
+    exp_refcount[taken] = 1
+    exp_has_key[taken] = False
+    exp_evicted = taken[has_key[taken]].tolist()
+
+    arrays = [in_queue.copy(), refcount.copy(), has_key.copy()]
+    evicted: list[int] = []
+    blocks = kernels.pop_blocks(
+        entries, kernels.flag_view(arrays[0]), arrays[1], kernels.flag_view(arrays[2]), head, count, evicted
+    )
+    assert [int(b) for b in blocks] == taken.tolist()
+    if kernels is not LOOPS:  # Python ints (block table entries, dict keys' holders); C ints compiled
+        assert all(type(b) is int for b in blocks)
+    assert [int(b) for b in evicted] == exp_evicted
+    assert np.array_equal(arrays[0], exp_in_queue) and np.array_equal(arrays[1], exp_refcount)
+    assert np.array_equal(arrays[2], exp_has_key)
+
+    arrays = [in_queue.copy(), refcount.copy(), has_key.copy()]
+    evicted = []
+    tables = np.full((3, num_blocks + 2), -1, dtype=np.int32)
+    kernels.pop_into_row(
+        entries,
+        kernels.flag_view(arrays[0]),
+        arrays[1],
+        kernels.flag_view(arrays[2]),
+        head,
+        count,
+        tables,
+        1,
+        evicted,
+    )
+    assert tables[1, :count].tolist() == taken.tolist() and (tables[1, count:] == -1).all()
+    assert (tables[[0, 2]] == -1).all()
+    assert [int(b) for b in evicted] == exp_evicted
+    assert np.array_equal(arrays[0], exp_in_queue) and np.array_equal(arrays[1], exp_refcount)
+    assert np.array_equal(arrays[2], exp_has_key)
+
+    # a row of distinct held blocks released, last first: refcounts down, the freed ones to the tail
+    row = rng.permutation(num_blocks)[:count]
+    held_refcount = rng.integers(1, 3, num_blocks).astype(np.int32)
+    tables = np.full((2, num_blocks + 1), -1, dtype=np.int32)
+    tables[0, :count] = row
+    tail = 2 * num_blocks + 1 - count
+    queue_flags = np.zeros(num_blocks, dtype=bool)
+    out = entries.copy()
+    released = row[::-1]
+    exp_left = held_refcount[released] - 1
+    exp_freed = released[exp_left == 0]
+    exp_refcount = held_refcount.copy()
+    exp_refcount[released] = exp_left
+    num_freed = kernels.release_row_to_tail(
+        tables, 0, count, held_refcount, out, kernels.flag_view(queue_flags), tail
+    )
+    assert int(num_freed) == exp_freed.size
+    assert out[tail : tail + exp_freed.size].tolist() == exp_freed.tolist()
+    assert np.array_equal(out[:tail], entries[:tail])
+    assert (tables == -1).all()
+    assert np.array_equal(held_refcount, exp_refcount)
+    assert np.flatnonzero(queue_flags).tolist() == sorted(exp_freed.tolist())
+
+
+@KERNELS
+@settings(max_examples=100, deadline=None)
+@given(
+    bs=st.sampled_from([1, 2, 16]),
+    length=st.integers(0, 500),
+    blocks=st.integers(0, 40),
+    final=st.integers(0, 700),
+    cap=st.integers(-1, 700),
+)
+def test_admit_and_clear_seq(
+    kernels: ModuleType, bs: int, length: int, blocks: int, final: int, cap: int
+) -> None:
+    """One sequence's stores at admission and release, as `PagedAllocator` made them before."""
+    rows = 5
+    arrays = {
+        name: np.full(rows, 7, dtype=np.int64)
+        for name in (
+            "lengths",
+            "quiet",
+            "caps",
+            "num_blocks",
+            "final",
+            "block_from",
+            "tail",
+            "prefix_hit",
+            "slots",
+        )
+    }
+    live = np.zeros(rows, dtype=bool)
+    quiet = min(blocks * bs, cap)
+    a = arrays
+    kernels.admit_seq(
+        a["lengths"], a["quiet"], a["caps"], a["num_blocks"], a["final"], a["block_from"], a["tail"],
+        kernels.flag_view(live), a["prefix_hit"], 3, length, blocks, final, quiet, cap, bs,
+    )  # fmt: skip
+    tail = -final % bs
+    expected = {
+        "lengths": length, "quiet": quiet, "caps": cap, "num_blocks": blocks, "final": final,
+        "block_from": final + tail - bs + 1, "tail": tail, "prefix_hit": 0, "slots": 7,
+    }  # fmt: skip
+    for name, value in expected.items():
+        assert a[name].tolist() == [7, 7, 7, value, 7], name
+    assert live.tolist() == [False, False, False, True, False]
+
+    held = blocks * bs
+    totals = kernels.clear_seq(
+        a["lengths"],
+        a["quiet"],
+        a["caps"],
+        a["num_blocks"],
+        a["slots"],
+        a["final"],
+        kernels.flag_view(live),
+        3,
+        bs,
+    )
+    assert totals == (length, held, max(0, held - max(final, length)))
+    if kernels is not LOOPS:  # the running totals stay Python ints
+        assert all(type(x) is int for x in totals)
+    cleared = {"lengths": 0, "quiet": 0, "caps": -1, "num_blocks": 0, "slots": -1, "final": final}
+    for name, value in cleared.items():
+        assert a[name].tolist() == [7, 7, 7, value, 7], name
+    assert not live.any()
+
+
+@KERNELS
+@settings(max_examples=100, deadline=None)
+@given(batch=batches(), seed=st.integers(0, 2**32 - 1))
+def test_lean_append_popped_is_pop_then_append(kernels: ModuleType, batch: dict, seed: int) -> None:
+    """The fused pop-and-append equals `pop_blocks` then `lean_append` of the popped blocks."""
+    rng = np.random.default_rng(seed)
+    bs, ids = batch["bs"], batch["ids"]
+    seq_list = [int(x) for x in ids]
+    rows = batch["num_blocks"].size
+    width = int(batch["num_blocks"].max()) + 1
+    num_pool = 3 * len(seq_list) + 5
+    head = int(rng.integers(0, len(seq_list) + 5))
+    entries = np.zeros(head + len(seq_list) + 1, dtype=np.int64)
+    entries[head : head + len(seq_list)] = rng.permutation(num_pool)[: len(seq_list)]
+    state = {
+        "tables": np.full((rows, width), -1, dtype=np.int32),
+        "num_blocks": batch["num_blocks"].copy(),
+        "quiet": np.zeros(rows, dtype=np.int64),
+        "in_queue": rng.integers(0, 2, num_pool).astype(bool),
+        "refcount": rng.integers(0, 3, num_pool).astype(np.int32),
+        "has_key": rng.integers(0, 2, num_pool).astype(bool),
+    }
+    slots = np.arange(rows, dtype=np.int64)[::-1].copy()
+    caps = batch["final"].copy()
+    fused, split = copy.deepcopy(state), copy.deepcopy(state)
+    evicted_fused: list[int] = []
+    never = kernels.lean_append_popped(
+        fused["tables"], fused["num_blocks"], slots, batch["final"], fused["quiet"], caps, seq_list, bs,
+        entries, kernels.flag_view(fused["in_queue"]), fused["refcount"], kernels.flag_view(fused["has_key"]),
+        head, evicted_fused,
+    )  # fmt: skip
+    evicted_split: list[int] = []
+    blocks = kernels.pop_blocks(
+        entries, kernels.flag_view(split["in_queue"]), split["refcount"], kernels.flag_view(split["has_key"]),
+        head, len(seq_list), evicted_split,
+    )  # fmt: skip
+    expected_never = kernels.lean_append(
+        split["tables"],
+        split["num_blocks"],
+        slots,
+        batch["final"],
+        split["quiet"],
+        caps,
+        seq_list,
+        blocks,
+        bs,
+    )
+    assert int(never) == int(expected_never)
+    assert [int(b) for b in evicted_fused] == [int(b) for b in evicted_split]
+    for name in state:
+        assert np.array_equal(fused[name], split[name]), name
