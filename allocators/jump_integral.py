@@ -91,6 +91,21 @@ def _stepped_integral(
     return sums
 
 
+def _constant_sums(first: MemoryBreakdown, total_s: float) -> dict[str, float]:
+    """Each part held at `first` for `total_s` (a literal, not a loop over INTEGRATED_PARTS with
+    getattr: this runs on every jump that grows nobody)."""
+    return {
+        "token_states": first.token_states * total_s,
+        "reservation": first.reservation * total_s,
+        "internal": first.internal * total_s,
+        "external": first.external * total_s,
+        "duplicated": first.duplicated * total_s,
+        "out_of_window": first.out_of_window * total_s,
+        "free": first.free * total_s,
+        "cached": first.cached * total_s,
+    }
+
+
 def paged_breakdown_integral(
     alloc: PagedAllocator,
     seq_ids: np.ndarray,
@@ -114,19 +129,9 @@ def paged_breakdown_integral(
         first = alloc.breakdown(next_demand_tokens)  # O(1); attributes, not as_dict (which reflects)
     if total_s is None:
         total_s = float(durations.sum())
-    # a literal, not a loop over INTEGRATED_PARTS with getattr: this runs on every jump
-    sums = {
-        "token_states": first.token_states * total_s,
-        "reservation": first.reservation * total_s,
-        "internal": first.internal * total_s,
-        "external": first.external * total_s,
-        "duplicated": first.duplicated * total_s,
-        "out_of_window": first.out_of_window * total_s,
-        "free": first.free * total_s,
-        "cached": first.cached * total_s,
-    }
-    if steps == 1 or seq_ids.size == 0:
-        return sums
+    growing = seq_ids.size
+    if steps == 1 or growing == 0:
+        return _constant_sums(first, total_s)
     bs = alloc.block_size
     if alloc._num_cow_flagged and bool(alloc.cow_flag[seq_ids].any()):  # copy-on-write pending
         return _stepped_integral(alloc, seq_ids, durations, next_demand_tokens)
@@ -151,7 +156,7 @@ def paged_breakdown_integral(
         durations,
         _room_scratch(bs),
         appended,
-        _float_scratch(steps + 1 + seq_ids.size),
+        _float_scratch(steps + 1 + growing),
     )
     if min_remaining < steps - 1:  # someone passes its final length
         return _stepped_integral(alloc, seq_ids, durations, next_demand_tokens)
@@ -163,22 +168,29 @@ def paged_breakdown_integral(
     if min_start < steps:
         # internal now: sum of max(0, held - final) (no one is past its final length); over every live
         # sequence without forks that is the allocator's running total, the same integer
-        if not alloc._num_cow_flagged and seq_ids.size == alloc._num_live:
+        if not alloc._num_cow_flagged and growing == alloc._num_live:
             internal_now_sum = alloc._never_tokens
         else:
             internal_now_sum = never_tokens
         internal_delta = float(products_s - internal_now_sum * total_s)
     else:  # nobody holds or reaches its final block: every term is 0
         internal_delta = 0.0
-    growing = seq_ids.size
-    sums["token_states"] += growing * index_weighted_s
-    sums["internal"] += internal_delta
-    sums["reservation"] += bs * appended_weighted - growing * index_weighted_s - internal_delta
-    sums["free"] -= bs * appended_weighted
+    cached_s = first.cached * total_s
     if first.cached and appended[-1]:
         popped = alloc.pool.queue.peek(int(appended[-1]))
         # evicted[j] = cached blocks among the first j popped (int64, as np.cumsum of the bools gives)
         evicted = np.zeros(popped.size + 1, dtype=np.int64)
         np.add.accumulate(alloc.pool.has_key[popped], dtype=np.int64, out=evicted[1:])
-        sums["cached"] -= bs * float(durations @ evicted[appended.astype(np.int64)])
-    return sums
+        cached_s -= bs * float(durations @ evicted[appended.astype(np.int64)])
+    # one literal (each part: its constant term, then its change, the additions as before)
+    return {
+        "token_states": first.token_states * total_s + growing * index_weighted_s,
+        "reservation": first.reservation * total_s
+        + (bs * appended_weighted - growing * index_weighted_s - internal_delta),
+        "internal": first.internal * total_s + internal_delta,
+        "external": first.external * total_s,
+        "duplicated": first.duplicated * total_s,
+        "out_of_window": first.out_of_window * total_s,
+        "free": first.free * total_s - bs * appended_weighted,
+        "cached": cached_s,
+    }
