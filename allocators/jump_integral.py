@@ -39,8 +39,10 @@ INTEGRATED_PARTS: tuple[str, ...] = (*BREAKDOWN_PARTS, "cached")
 
 _FLOAT_ARANGE = np.arange(1024, dtype=np.float64)
 _FLOAT_ARANGE.flags.writeable = False
-_ROOM_SCRATCH: dict[int, object] = {}
-_FLOAT_SCRATCH: list = [0, None]  # [entries, float_view of that many float64]
+# The typed loop's scratch (seq_kernels.jump_terms, filled and read within one call, so one serves
+# every jump): [block size, per-room int64 of that many entries, float64 entries, float64 scratch],
+# as kept typed views (seq_kernels.typed_view, float_view); read inline on every jump.
+_SCRATCH: list = [0, None, 0, None]
 
 
 def _float_arange(count: int) -> np.ndarray:
@@ -56,22 +58,14 @@ def _float_arange(count: int) -> np.ndarray:
     return _FLOAT_ARANGE[:count]
 
 
-def _room_scratch(block_size: int) -> object:
-    """Scratch int64 of `block_size` entries for seq_kernels.jump_scan's per-room counts (it zeroes it),
-    as a kept typed view (seq_kernels.typed_view)."""
-    scratch = _ROOM_SCRATCH.get(block_size)
-    if scratch is None:
-        scratch = _ROOM_SCRATCH[block_size] = typed_view(np.zeros(block_size, dtype=np.int64))
-    return scratch
-
-
-def _float_scratch(entries: int) -> object:
-    """Scratch float64 of at least `entries` for seq_kernels.jump_terms' suffix sums and products, as a
-    kept typed view (seq_kernels.float_view): filled and read within one call, so one serves every jump."""
-    if entries > _FLOAT_SCRATCH[0]:
-        size = max(entries, 2 * _FLOAT_SCRATCH[0], 256)
-        _FLOAT_SCRATCH[0], _FLOAT_SCRATCH[1] = size, float_view(np.zeros(size))
-    return _FLOAT_SCRATCH[1]
+def _renew_scratch(block_size: int, float_entries: int) -> None:
+    """Make `_SCRATCH` fit a block size (per-room counts for jump_terms, which zeroes them) and at
+    least `float_entries` float64 (suffix sums and products)."""
+    if _SCRATCH[0] != block_size:
+        _SCRATCH[0], _SCRATCH[1] = block_size, typed_view(np.zeros(block_size, dtype=np.int64))
+    if _SCRATCH[2] < float_entries:
+        size = max(float_entries, 2 * _SCRATCH[2], 256)
+        _SCRATCH[2], _SCRATCH[3] = size, float_view(np.zeros(size))
 
 
 def _stepped_integral(
@@ -144,6 +138,9 @@ def paged_breakdown_integral(
     # from the first iteration holding that block (min_start: steps when nobody holds or reaches it).
     appended = np.empty(steps)
     lengths, _, _, num_blocks, _, final, block_from, tail, _ = alloc._views or alloc._make_views()
+    scratch = _SCRATCH
+    if scratch[0] != bs or scratch[2] < steps + 1 + growing:  # inline: this runs on every jump
+        _renew_scratch(bs, steps + 1 + growing)
     min_remaining, min_start, products_s, never_tokens = jump_terms(
         lengths,
         final,
@@ -154,16 +151,17 @@ def paged_breakdown_integral(
         bs,
         steps,
         durations,
-        _room_scratch(bs),
+        scratch[1],
         appended,
-        _float_scratch(steps + 1 + growing),
+        scratch[3],
     )
     if min_remaining < steps - 1:  # someone passes its final length
         return _stepped_integral(alloc, seq_ids, durations, next_demand_tokens)
 
     # ndarray.dot, not `@`: for 1-D float64 both are DOUBLE_dot (BLAS ddot), the same double
     # (tests/allocators/test_jump_sums.py), but matmul's gufunc costs ~3,000 instructions more a call
-    index_weighted_s = float(durations.dot(_float_arange(steps)))
+    arange = _FLOAT_ARANGE[:steps] if steps <= _FLOAT_ARANGE.shape[0] else _float_arange(steps)
+    index_weighted_s = float(durations.dot(arange))
     appended_weighted = float(durations.dot(appended))
     if min_start < steps:
         # internal now: sum of max(0, held - final) (no one is past its final length); over every live
