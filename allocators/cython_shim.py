@@ -41,3 +41,13 @@ const_double = _CType("const double")
 def locals(**_types: _CType) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """`@cython.locals(...)`: the function unchanged."""
     return lambda function: function
+
+
+def cfunc(function: Callable[..., Any]) -> Callable[..., Any]:
+    """`@cython.cfunc` (a C function, called from the kernels only): the function unchanged."""
+    return function
+
+
+def returns(_type: _CType) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """`@cython.returns(...)`: the function unchanged."""
+    return lambda function: function

@@ -3,8 +3,9 @@
 Why: the engine jumps k decode iterations at once. For slabs the parts move linearly and the
 engine can interpolate, but for blocks and pages they are step functions (a block appears when a
 sequence crosses a boundary). This computes sum_i d_i x part(i), where part(i) is the breakdown
-after the sequences grew by i tokens (i = 0..m-1), in O(m + n) work and without growing (the integer
-pass over the sequences is one typed loop, seq_kernels.jump_scan; the float sums stay NumPy's):
+after the sequences grew by i tokens (i = 0..m-1), in O(m + n) work and without growing (the pass
+over the sequences is one typed loop, seq_kernels.jump_terms, whose float sums repeat NumPy's
+additions in NumPy's order; the two dot products stay NumPy's BLAS calls):
 
 - Each growing sequence crosses a block boundary at iterations c, c + B, c + 2B, ... with its phase
   c = blocks x B - length + 1 in [1, B], so blocks appended by iteration i, A(i), is a cumulative
@@ -28,7 +29,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from allocators.base import BREAKDOWN_PARTS, MemoryBreakdown
-from allocators.seq_kernels import final_block_terms, jump_scan, typed_view
+from allocators.seq_kernels import float_view, jump_terms, typed_view
 
 if TYPE_CHECKING:
     from allocators.paged import PagedAllocator
@@ -38,7 +39,10 @@ INTEGRATED_PARTS: tuple[str, ...] = (*BREAKDOWN_PARTS, "cached")
 
 _FLOAT_ARANGE = np.arange(1024, dtype=np.float64)
 _FLOAT_ARANGE.flags.writeable = False
-_ROOM_SCRATCH: dict[int, object] = {}
+# The typed loop's scratch (seq_kernels.jump_terms, filled and read within one call, so one serves
+# every jump): [block size, per-room int64 of that many entries, float64 entries, float64 scratch],
+# as kept typed views (seq_kernels.typed_view, float_view); read inline on every jump.
+_SCRATCH: list = [0, None, 0, None]
 
 
 def _float_arange(count: int) -> np.ndarray:
@@ -54,13 +58,14 @@ def _float_arange(count: int) -> np.ndarray:
     return _FLOAT_ARANGE[:count]
 
 
-def _room_scratch(block_size: int) -> object:
-    """Scratch int64 of `block_size` entries for seq_kernels.jump_scan's per-room counts (it zeroes it),
-    as a kept typed view (seq_kernels.typed_view)."""
-    scratch = _ROOM_SCRATCH.get(block_size)
-    if scratch is None:
-        scratch = _ROOM_SCRATCH[block_size] = typed_view(np.zeros(block_size, dtype=np.int64))
-    return scratch
+def _renew_scratch(block_size: int, float_entries: int) -> None:
+    """Make `_SCRATCH` fit a block size (per-room counts for jump_terms, which zeroes them) and at
+    least `float_entries` float64 (suffix sums and products)."""
+    if _SCRATCH[0] != block_size:
+        _SCRATCH[0], _SCRATCH[1] = block_size, typed_view(np.zeros(block_size, dtype=np.int64))
+    if _SCRATCH[2] < float_entries:
+        size = max(float_entries, 2 * _SCRATCH[2], 256)
+        _SCRATCH[2], _SCRATCH[3] = size, float_view(np.zeros(size))
 
 
 def _stepped_integral(
@@ -78,6 +83,21 @@ def _stepped_integral(
         for name in INTEGRATED_PARTS:
             sums[name] += duration * parts[name]
     return sums
+
+
+def _constant_sums(first: MemoryBreakdown, total_s: float) -> dict[str, float]:
+    """Each part held at `first` for `total_s` (a literal, not a loop over INTEGRATED_PARTS with
+    getattr: this runs on every jump that grows nobody)."""
+    return {
+        "token_states": first.token_states * total_s,
+        "reservation": first.reservation * total_s,
+        "internal": first.internal * total_s,
+        "external": first.external * total_s,
+        "duplicated": first.duplicated * total_s,
+        "out_of_window": first.out_of_window * total_s,
+        "free": first.free * total_s,
+        "cached": first.cached * total_s,
+    }
 
 
 def paged_breakdown_integral(
@@ -103,76 +123,72 @@ def paged_breakdown_integral(
         first = alloc.breakdown(next_demand_tokens)  # O(1); attributes, not as_dict (which reflects)
     if total_s is None:
         total_s = float(durations.sum())
-    # a literal, not a loop over INTEGRATED_PARTS with getattr: this runs on every jump
-    sums = {
-        "token_states": first.token_states * total_s,
-        "reservation": first.reservation * total_s,
-        "internal": first.internal * total_s,
-        "external": first.external * total_s,
-        "duplicated": first.duplicated * total_s,
-        "out_of_window": first.out_of_window * total_s,
-        "free": first.free * total_s,
-        "cached": first.cached * total_s,
-    }
-    if steps == 1 or seq_ids.size == 0:
-        return sums
+    growing = seq_ids.size
+    if steps == 1 or growing == 0:
+        return _constant_sums(first, total_s)
     bs = alloc.block_size
     if alloc._num_cow_flagged and bool(alloc.cow_flag[seq_ids].any()):  # copy-on-write pending
         return _stepped_integral(alloc, seq_ids, durations, next_demand_tokens)
-    # The integer pass, one loop over the sequences (seq_kernels.jump_scan): someone passing its
-    # final length (the closed forms do not hold), blocks appended by iteration i, and whether anyone
-    # holds or reaches its final block within the jump. A sequence with `room` free slots in its
-    # blocks needs a new block at iterations room + 1, room + 1 + bs, ... (room in [0, bs)); blocks
-    # appended by iteration i are the per-room counts, cumulated, in float64 (block counts, exact
-    # below 2**53) so the dot with the durations needs no cast.
+    # One pass over the sequences (seq_kernels.jump_terms): someone passing its final length (the
+    # closed forms do not hold), blocks appended by iteration i, and the internal-waste terms. A
+    # sequence with `room` free slots in its blocks needs a new block at iterations room + 1,
+    # room + 1 + bs, ... (room in [0, bs)); blocks appended by iteration i are the per-room counts,
+    # cumulated, in float64 (block counts, exact below 2**53) so the dot with the durations needs no
+    # cast. internal: the tail of the block holding the final token (final_tail_tokens, (-final) % bs),
+    # from the first iteration holding that block (min_start: steps when nobody holds or reaches it).
     appended = np.empty(steps)
     lengths, _, _, num_blocks, _, final, block_from, tail, _ = alloc._views or alloc._make_views()
-    min_remaining, all_small, min_start = jump_scan(
-        lengths, final, num_blocks, block_from, seq_ids, bs, steps, _room_scratch(bs), appended
+    scratch = _SCRATCH
+    if scratch[0] != bs or scratch[2] < steps + 1 + growing:  # inline: this runs on every jump
+        _renew_scratch(bs, steps + 1 + growing)
+    min_remaining, min_start, products_s, never_tokens = jump_terms(
+        lengths,
+        final,
+        num_blocks,
+        block_from,
+        tail,
+        seq_ids,
+        bs,
+        steps,
+        durations,
+        scratch[1],
+        appended,
+        scratch[3],
     )
     if min_remaining < steps - 1:  # someone passes its final length
         return _stepped_integral(alloc, seq_ids, durations, next_demand_tokens)
 
-    index_weighted_s = float(durations @ _float_arange(steps))
-    appended_weighted = float(durations @ appended)
-    # internal: the tail of the block holding the final token (final_tail_tokens, (-final) % bs), from
-    # the first iteration holding that block: 0 if held already (room >= remaining), else
-    # final + tail - bs + 1 - length (final_block_from_tokens - length)
+    # ndarray.dot, not `@`: for 1-D float64 both are DOUBLE_dot (BLAS ddot), the same double
+    # (tests/allocators/test_jump_sums.py), but matmul's gufunc costs ~3,000 instructions more a call
+    arange = _FLOAT_ARANGE[:steps] if steps <= _FLOAT_ARANGE.shape[0] else _float_arange(steps)
+    index_weighted_s = float(durations.dot(arange))
+    appended_weighted = float(durations.dot(appended))
     if min_start < steps:
-        suffix_s = np.zeros(steps + 1)  # suffix_s[t] = sum_{i>=t} d_i, summed from the end
-        np.add.accumulate(durations[::-1], out=suffix_s[-2::-1])
-        products = np.empty(seq_ids.size)
-        never_tokens = final_block_terms(
-            lengths,
-            final,
-            num_blocks,
-            block_from,
-            tail,
-            seq_ids,
-            bs,
-            steps,
-            all_small,
-            suffix_s,
-            products,
-        )
         # internal now: sum of max(0, held - final) (no one is past its final length); over every live
         # sequence without forks that is the allocator's running total, the same integer
-        if not alloc._num_cow_flagged and seq_ids.size == alloc._num_live:
+        if not alloc._num_cow_flagged and growing == alloc._num_live:
             internal_now_sum = alloc._never_tokens
         else:
             internal_now_sum = never_tokens
-        internal_delta = float(np.add.reduce(products) - internal_now_sum * total_s)
+        internal_delta = float(products_s - internal_now_sum * total_s)
     else:  # nobody holds or reaches its final block: every term is 0
         internal_delta = 0.0
-    growing = seq_ids.size
-    sums["token_states"] += growing * index_weighted_s
-    sums["internal"] += internal_delta
-    sums["reservation"] += bs * appended_weighted - growing * index_weighted_s - internal_delta
-    sums["free"] -= bs * appended_weighted
+    cached_s = first.cached * total_s
     if first.cached and appended[-1]:
         popped = alloc.pool.queue.peek(int(appended[-1]))
         # evicted[j] = cached blocks among the first j popped (int64, as np.cumsum of the bools gives)
         evicted = np.zeros(popped.size + 1, dtype=np.int64)
         np.add.accumulate(alloc.pool.has_key[popped], dtype=np.int64, out=evicted[1:])
-        sums["cached"] -= bs * float(durations @ evicted[appended.astype(np.int64)])
-    return sums
+        cached_s -= bs * float(durations @ evicted[appended.astype(np.int64)])
+    # one literal (each part: its constant term, then its change, the additions as before)
+    return {
+        "token_states": first.token_states * total_s + growing * index_weighted_s,
+        "reservation": first.reservation * total_s
+        + (bs * appended_weighted - growing * index_weighted_s - internal_delta),
+        "internal": first.internal * total_s + internal_delta,
+        "external": first.external * total_s,
+        "duplicated": first.duplicated * total_s,
+        "out_of_window": first.out_of_window * total_s,
+        "free": first.free * total_s - bs * appended_weighted,
+        "cached": cached_s,
+    }

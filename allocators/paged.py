@@ -67,6 +67,8 @@ _LEAN_LOOP_MAX = 1 << 62 if LOOPS_COMPILED else _LEAN_LOOP_MAX_PYTHON
 _SCALAR_GROW_MAX = 1 if LOOPS_COMPILED else 8
 # Up to this many prefix-hit blocks are counted live in a scalar loop (`_live_hits`), more with NumPy.
 _SCALAR_HITS_MAX = 48
+# tuple.__new__: builds a MemoryBreakdown from its checked parts without its Python __new__ (`breakdown`)
+_new_tuple = tuple.__new__
 
 
 def _has_named_content(seq: SeqSpec) -> bool:
@@ -937,7 +939,8 @@ class PagedAllocator(AllocatorBase):
         seq_ids = np.asarray(seq_ids, dtype=np.int64)
         if limit <= 0:
             return 0
-        if seq_ids.size == 0:
+        count = seq_ids.size
+        if count == 0:
             return int(limit)
         if self.max_model_len is not None:
             limit = min(
@@ -947,11 +950,9 @@ class PagedAllocator(AllocatorBase):
             if limit <= 0:
                 return 0
         # Each sequence needs at most ceil(limit / block_size) new blocks (lengths never exceed the
-        # slots held): when the pool has that many for all, no need to count exactly.
-        if (
-            not self._num_cow_flagged
-            and seq_ids.size * ceil_div(limit, self.block_size) <= self.pool.num_free
-        ):
+        # slots held): when the pool has that many for all, no need to count exactly. (ceil_div and
+        # pool.num_free inlined: the engine asks before every jump.)
+        if not self._num_cow_flagged and count * -(-limit // self.block_size) <= self.pool.queue.num_free:
             return int(limit)
         lengths = self.lengths_tokens[seq_ids]
         have = self.num_seq_blocks[seq_ids]
@@ -1092,20 +1093,31 @@ class PagedAllocator(AllocatorBase):
             reservation = self._held_slots - self._stored_tokens - internal
         pool = self.pool
         num_free = pool.queue.num_free  # pool.num_free without the property (the engine asks every turn)
-        stored = (self.num_blocks - num_free) * bs - reservation - internal
+        capacity = self.capacity_tokens
+        pool_slots = self.num_blocks * bs
         duplicated = self._ledger.duplicated_tokens
-        # positional, in field order (capacity, token_states, reservation, internal, external,
-        # duplicated, free, cached): cheaper than keywords on this per-turn path
-        return MemoryBreakdown(
-            self.capacity_tokens,
-            stored - duplicated,
-            reservation,
-            internal,
-            self.capacity_tokens - self.num_blocks * bs,
-            duplicated,
-            num_free * bs,
-            pool.num_cached * bs,
-        )
+        token_states = pool_slots - num_free * bs - reservation - internal - duplicated
+        external = capacity - pool_slots
+        free = num_free * bs
+        cached = pool.num_cached * bs
+        # in field order (capacity, token_states, reservation, internal, external, duplicated, free,
+        # cached, out_of_window), built as the tuple it is: MemoryBreakdown.__new__ runs as Python
+        # (allocators/base.py is not compiled), ~7,000 instructions a call on this per-turn path. Its
+        # checks (parts sum to capacity, none negative) run here; a failing one builds it the checked
+        # way, which raises with the parts in the message.
+        parts = (capacity, token_states, reservation, internal, external, duplicated, free, cached, 0)
+        if (
+            token_states < 0
+            or reservation < 0
+            or internal < 0
+            or external < 0
+            or duplicated < 0
+            or free < 0
+            or cached < 0
+            or token_states + reservation + internal + external + duplicated + free != capacity
+        ):
+            return MemoryBreakdown(*parts)
+        return _new_tuple(MemoryBreakdown, parts)
 
     def _scan_held(self) -> tuple[int, int]:
         """(reservation, internal) summed over live sequences, a shared partial last block once."""

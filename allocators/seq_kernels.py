@@ -18,7 +18,10 @@ paths (`.item()` as Python).
 
 Integers only: these compute exact integer quantities (lengths, block counts, histograms). Float
 sums stay with NumPy in the callers, whose summation orders (pairwise `np.add.reduce`, BLAS `dot`)
-the results must keep bit for bit.
+the results must keep bit for bit; the one exception repeats NumPy's own order, addition for
+addition (`_pairwise_sum`: `np.add.reduce`, and `np.add.accumulate`'s running sum, in `jump_terms`),
+and tests/allocators/test_jump_sums.py checks it against NumPy. BLAS `dot` stays NumPy's (its order
+depends on the CPU's kernel).
 """
 
 from __future__ import annotations
@@ -724,3 +727,229 @@ def admit_seq(
     prefix_hit[seq_id] = 0
     quiet[seq_id] = quiet_limit
     caps[seq_id] = cap
+
+
+@cython.locals(array=cython.double[:])
+def _float64_view(array: np.ndarray) -> object:
+    return array
+
+
+def float_view(array: np.ndarray) -> object:
+    """A typed memoryview of a 1-D float64 array (`typed_view` for scratch the loops here fill), kept
+    by its owner for the same reason; as Python the array itself."""
+    if not cython.compiled:
+        return array
+    return _float64_view(array)
+
+
+@cython.cfunc
+@cython.returns(cython.double)
+@cython.locals(
+    values=cython.double[:],
+    start=cython.Py_ssize_t,
+    count=cython.Py_ssize_t,
+    index=cython.Py_ssize_t,
+    end=cython.Py_ssize_t,
+    half=cython.Py_ssize_t,
+    total=cython.double,
+    r0=cython.double,
+    r1=cython.double,
+    r2=cython.double,
+    r3=cython.double,
+    r4=cython.double,
+    r5=cython.double,
+    r6=cython.double,
+    r7=cython.double,
+)
+def _pairwise_sum(values: np.ndarray, start: int, count: int) -> float:
+    """sum(values[start : start + count]) in NumPy's float64 pairwise order, bit for bit.
+
+    Why: `np.add.reduce` of a contiguous float64 array is `0.0 + DOUBLE_pairwise_sum(a, n)`
+    (numpy/_core/src/umath/loops_utils.h.src): below 8 values a plain loop from -0.0; up to 128, eight
+    accumulators over the multiples of 8, combined as ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7)),
+    then the rest one by one; above 128, the two halves (the first a multiple of 8) summed apart. The
+    same additions in the same order give the same double (IEEE, no reassociation: gcc without
+    -ffast-math). tests/allocators/test_seq_kernels.py checks it against NumPy, compiled and as Python.
+    """
+    if count < 8:
+        total = -0.0
+        for index in range(start, start + count):
+            total += values[index]
+        return total
+    if count <= 128:
+        r0 = values[start]
+        r1 = values[start + 1]
+        r2 = values[start + 2]
+        r3 = values[start + 3]
+        r4 = values[start + 4]
+        r5 = values[start + 5]
+        r6 = values[start + 6]
+        r7 = values[start + 7]
+        end = start + count - count % 8
+        index = start + 8
+        while index < end:
+            r0 += values[index]
+            r1 += values[index + 1]
+            r2 += values[index + 2]
+            r3 += values[index + 3]
+            r4 += values[index + 4]
+            r5 += values[index + 5]
+            r6 += values[index + 6]
+            r7 += values[index + 7]
+            index += 8
+        total = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
+        for index in range(end, start + count):
+            total += values[index]
+        return total
+    half = count // 2
+    half -= half % 8
+    return _pairwise_sum(values, start, half) + _pairwise_sum(values, start + half, count - half)
+
+
+@cython.locals(values=cython.double[:])
+def pairwise_sum(values: np.ndarray) -> float:
+    """`float(np.add.reduce(values))` of a 1-D float64 array, bit for bit, as a typed loop
+    (`_pairwise_sum`, with NumPy's 0.0 start); as Python NumPy's own call. For tests and callers
+    holding a typed view."""
+    if not cython.compiled:
+        return float(np.add.reduce(values))
+    return 0.0 + _pairwise_sum(values, 0, values.shape[0])
+
+
+@cython.locals(
+    lengths=cython.const_longlong[:],
+    final=cython.const_longlong[:],
+    num_blocks=cython.const_longlong[:],
+    block_from=cython.const_longlong[:],
+    tail=cython.const_longlong[:],
+    seq_ids=cython.const_longlong[:],
+    durations=cython.const_double[:],
+    per_room=cython.longlong[:],
+    appended=cython.double[:],
+    scratch=cython.double[:],
+    block_size=cython.longlong,
+    steps=cython.longlong,
+    count=cython.Py_ssize_t,
+    index=cython.Py_ssize_t,
+    seq_id=cython.longlong,
+    length=cython.longlong,
+    remaining=cython.longlong,
+    room=cython.longlong,
+    min_remaining=cython.longlong,
+    min_start=cython.longlong,
+    start=cython.longlong,
+    all_small=cython.bint,
+    total=cython.longlong,
+    held=cython.longlong,
+    never=cython.longlong,
+    products_s=cython.double,
+)
+def jump_terms(
+    lengths: np.ndarray,
+    final: np.ndarray,
+    num_blocks: np.ndarray,
+    block_from: np.ndarray,
+    tail: np.ndarray,
+    seq_ids: np.ndarray,
+    block_size: int,
+    steps: int,
+    durations: np.ndarray,
+    per_room: np.ndarray,
+    appended: np.ndarray,
+    scratch: np.ndarray,
+) -> tuple[int, int, float, int]:
+    """The jump integral's pass over the sequences (allocators/jump_integral.py), in one call: `jump_scan`,
+    then the suffix sums of the durations, `final_block_terms` and the sum of its products.
+
+    Returns (min remaining tokens, min first iteration holding the final block (at most `steps`),
+    sum of the internal-waste products, internal waste now). When min remaining < steps - 1 (someone
+    passes its final length: the caller steps instead) it stops after the scan and the last three
+    are (steps, 0.0, 0); when nobody holds or reaches its final block within the jump (min start ==
+    steps) the last two are 0.0 and 0. Otherwise `appended` (float64, `steps` long) holds the blocks
+    appended by iteration i, as `jump_scan` fills it.
+
+    The float results are NumPy's, bit for bit: the suffix sums `suffix_s[t] = sum_{i>=t} d_i` are
+    `np.add.accumulate` of the reversed durations (sequential: out[0] = in[0], out[j] = out[j-1] + in[j]),
+    each product is one IEEE multiply, and their sum is `np.add.reduce`'s pairwise order
+    (`_pairwise_sum`). `per_room` is int64 scratch of `block_size`, `scratch` float64 scratch of at
+    least steps + 1 + len(seq_ids) (suffix sums, then products).
+    """
+    if not cython.compiled:  # as Python: the NumPy calls jump_integral.py made (module docstring)
+        min_remaining, all_small, min_start = jump_scan(
+            lengths, final, num_blocks, block_from, seq_ids, block_size, steps, per_room, appended
+        )
+        if min_remaining < steps - 1:
+            return min_remaining, steps, 0.0, 0
+        if min_start >= steps:
+            return min_remaining, steps, 0.0, 0
+        suffix_s = np.zeros(steps + 1)  # suffix_s[t] = sum_{i>=t} d_i, summed from the end
+        np.add.accumulate(durations[::-1], out=suffix_s[-2::-1])
+        products = np.empty(seq_ids.size)
+        never = final_block_terms(
+            lengths,
+            final,
+            num_blocks,
+            block_from,
+            tail,
+            seq_ids,
+            block_size,
+            steps,
+            all_small,
+            suffix_s,
+            products,
+        )
+        return min_remaining, min_start, float(np.add.reduce(products)), never
+    count = seq_ids.shape[0]
+    for index in range(block_size):
+        per_room[index] = 0
+    min_remaining = final[seq_ids[0]] - lengths[seq_ids[0]]
+    min_start = steps
+    all_small = True
+    for index in range(count):
+        seq_id = seq_ids[index]
+        length = lengths[seq_id]
+        remaining = final[seq_id] - length
+        if remaining < min_remaining:
+            min_remaining = remaining
+        room = num_blocks[seq_id] * block_size - length
+        if room < block_size:
+            per_room[room] += 1
+        else:
+            all_small = False
+        start = 0 if room >= remaining else block_from[seq_id] - length
+        if start < min_start:
+            min_start = start
+    if min_remaining < steps - 1:
+        return min_remaining, steps, 0.0, 0
+    # iteration i >= 1 adds the sequences with room == (i - 1) % block_size
+    total = 0
+    appended[0] = 0.0
+    for index in range(1, steps):
+        total += per_room[(index - 1) % block_size]
+        appended[index] = total
+    if min_start >= steps:
+        return min_remaining, steps, 0.0, 0
+    # suffix sums in scratch[0 : steps + 1], as np.add.accumulate(durations[::-1]) writes them backwards
+    scratch[steps] = 0.0
+    scratch[steps - 1] = durations[steps - 1]
+    for index in range(steps - 2, -1, -1):
+        scratch[index] = scratch[index + 1] + durations[index]
+    # products in scratch[steps + 1 : steps + 1 + count] (final_block_terms' loop)
+    never = 0
+    for index in range(count):
+        seq_id = seq_ids[index]
+        length = lengths[seq_id]
+        held = num_blocks[seq_id] * block_size
+        start = block_from[seq_id] - length
+        if all_small:
+            if start < 0:
+                start = 0
+        elif held - length >= final[seq_id] - length:
+            start = 0
+        if start > steps:
+            start = steps
+        scratch[steps + 1 + index] = tail[seq_id] * scratch[start]
+        if held > final[seq_id]:
+            never += held - final[seq_id]
+    products_s = 0.0 + _pairwise_sum(scratch, steps + 1, count)
+    return min_remaining, min_start, products_s, never
