@@ -587,17 +587,31 @@ class Scheduler:
                     log.recomputed_tokens[group.item.req] += chunk
                 if group.compute_left == 0:
                     completed.append(group)
-        # Decode sequences whose last token was sampled in this iteration.
+        # Decode sequences whose last token was sampled in this iteration. `_stop_decode` and
+        # `_finish_sample` written out (same steps, same order): one finish ends most jump turns, and
+        # a method call per step cost more than the step (callgrind, benchmarks/README.md).
         heap = self.finish_heap
         if decoded and heap and heap[0][0] <= it:
-            decode = self.decode
+            decode, alloc, free_ids = self.decode, self.alloc, self._free_ids
+            output_tokens, on_done = self.info.output_tokens, self.on_request_done
             while heap and heap[0][0] <= it:
                 finish_it, stamp, seq_id = heapq.heappop(heap)
                 rec = decode.get(seq_id)
                 if rec is None or rec[_STAMP] != stamp:
                     continue
-                self._stop_decode(seq_id)
-                self._finish_sample(rec[_REQ], rec[_EM_OFF] + it, FINISH_STOP, now_s)
+                # _stop_decode(seq_id)
+                del decode[seq_id]
+                self.kv_off_sum -= rec[_KV_OFF]
+                self._ids_cache = None
+                self.num_seqs -= 1
+                alloc.release(seq_id)
+                free_ids.append(seq_id)
+                # _finish_sample(req, emitted, FINISH_STOP, now_s)
+                req = rec[_REQ]
+                emitted = rec[_EM_OFF] + it
+                reason = FINISH_LENGTH if emitted < output_tokens[req] else FINISH_STOP
+                if log.finish_sample(req, now_s, emitted, reason) and on_done is not None:
+                    on_done(req, now_s)
         if completed:
             # the sequences that start decoding now, in the order they join `decode` (no scan of the batch)
             started: list[int] = []
@@ -606,8 +620,14 @@ class Scheduler:
                 self._complete_prefill(group, now_s, started)
             if not decoded and started:
                 self._grow_one(now_s, np.asarray(started, dtype=np.int64))
-        if decoded:
-            self._grow_one(now_s)
+        if decoded and self.decode:
+            # _grow_one(now_s)'s common case written out: every decode grows by one and none fails
+            ids = self._ids_cache
+            if ids is None:
+                ids = self.decode_ids()
+            failed_arr = self.alloc.grow(ids, 1)
+            if len(failed_arr):
+                self._preempt_failed(failed_arr, now_s)
 
     def _complete_prefill(self, group: PrefillGroup, now_s: float, started: list[int] | None = None) -> None:
         """A group's prompt is done: each sample emits its first token; appends to `started` the
@@ -637,8 +657,11 @@ class Scheduler:
         if not self.decode:
             return
         failed_arr = self.alloc.grow(self.decode_ids() if seq_ids is None else seq_ids, 1)
-        if not len(failed_arr):
-            return
+        if len(failed_arr):
+            self._preempt_failed(failed_arr, now_s)
+
+    def _preempt_failed(self, failed_arr: np.ndarray, now_s: float) -> None:
+        """Sequences in `failed_arr` could not grow: preempt newest first until all of them have."""
         failed = set(int(x) for x in failed_arr)
         while failed:
             victim_id, victim_group = self.policy.preemption_victim(self)
