@@ -179,7 +179,9 @@ class Engine:
             max_model_len=config.max_model_len,
             enable_chunked_prefill=config.enable_chunked_prefill,
             preemption_mode=config.preemption_mode,
-            on_request_done=self.source.request_done,
+            # only a closed loop reacts to a finish (`ArrivalSource.request_done` returns at once in an
+            # open loop): no call per finished request for nothing
+            on_request_done=self.source.request_done if self.source.closed else None,
             swap_space_tokens=config.swap_space_tokens,
             policy=config.policy,
         )
