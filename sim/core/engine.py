@@ -179,7 +179,9 @@ class Engine:
             max_model_len=config.max_model_len,
             enable_chunked_prefill=config.enable_chunked_prefill,
             preemption_mode=config.preemption_mode,
-            on_request_done=self.source.request_done,
+            # only a closed loop reacts to a finish (`ArrivalSource.request_done` returns at once in an
+            # open loop): no call per finished request for nothing
+            on_request_done=self.source.request_done if self.source.closed else None,
             swap_space_tokens=config.swap_space_tokens,
             policy=config.policy,
         )
@@ -310,7 +312,8 @@ class Engine:
         if own_arrivals:
             self._arrival_start()
         while True:
-            now = env.now
+            # the clock as SimPy keeps it (`EngineClock`): `env.now` is a Python property call per read
+            now = env._now
             if source.next_s <= now:  # an arrival is due (most turns have none: no call)
                 self._release_due(now)
             plan = sched.schedule(now)
@@ -411,7 +414,7 @@ class Engine:
                     move_to(end)
                 elif not advance_to(end):  # without SimPy when no other event comes first
                     yield env.timeout(duration)
-            sched.complete(iterations, plan, env.now)
+            sched.complete(iterations, plan, env._now)
 
     def _jump_length(self, now: float, n_dec: int, ctx0: int) -> tuple[int, np.ndarray | None]:
         """How many decode-only iterations to take at once (>= 1), and their durations when > 1.

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from sim.core.scheduler import PrefillGroup, Scheduler
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class StepPlan:
     """What one step runs (the policy fills it through the Scheduler; the engine prices and records it).
 
@@ -30,6 +30,10 @@ class StepPlan:
     tokens of context, filled in by `Scheduler.schedule` after the policy planned; a policy that runs
     a step without them calls `Scheduler.pause_decodes` (then they emit nothing and the decode
     iteration counter stays).
+
+    Why its own `__init__` (the dataclass's, by keyword, with the same defaults): the one `dataclass`
+    generates is Python code made at import, which stays interpreted where this module is compiled,
+    and a plan is built every turn (issue 24).
     """
 
     chunks: list[tuple[PrefillGroup, int]] = field(default_factory=list)
@@ -41,6 +45,28 @@ class StepPlan:
     decode_seqs: int = 0  # running sequences that decode in this step
     decode_context_tokens: int = 0  # their context tokens (what their attention reads)
     single_step: bool = False  # admission was held back by a rule, not by memory: no multi-step jump
+
+    def __init__(
+        self,
+        chunks: list[tuple[PrefillGroup, int]] | None = None,
+        prefill_tokens: int = 0,
+        prefill_context_tokens: int = 0,
+        swap_tokens: int = 0,
+        first_tokens: int = 0,
+        decodes_run: bool = True,
+        decode_seqs: int = 0,
+        decode_context_tokens: int = 0,
+        single_step: bool = False,
+    ) -> None:
+        self.chunks = [] if chunks is None else chunks
+        self.prefill_tokens = prefill_tokens
+        self.prefill_context_tokens = prefill_context_tokens
+        self.swap_tokens = swap_tokens
+        self.first_tokens = first_tokens
+        self.decodes_run = decodes_run
+        self.decode_seqs = decode_seqs
+        self.decode_context_tokens = decode_context_tokens
+        self.single_step = single_step
 
 
 class SchedulePolicy(Protocol):

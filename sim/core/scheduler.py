@@ -29,6 +29,11 @@ from allocators.base import Allocator, SeqSpec
 from sim.core.metrics import FINISH_KV_EXHAUSTED, FINISH_LENGTH, FINISH_STOP, RequestLog
 from sim.core.policy import ContinuousBatchingPolicy, SchedulePolicy, StepPlan
 
+try:
+    import cython
+except ImportError:  # Cython is a build requirement, not a runtime one (docs/compiled_core.md)
+    from allocators import cython_shim as cython
+
 
 class WorkItem:
     """A queued unit of work: a fresh request (sample == -1, all n samples) or one resumed sample."""
@@ -94,6 +99,30 @@ if SeqSpec._fields != _SPEC_FIELDS:
 
 # Decode record: a list for cheap field access. Indices:
 _REQ, _SAMPLE, _EM_OFF, _KV_OFF, _TARGET, _STAMP = range(6)
+
+# `SeqSpec(...)` runs the NamedTuple's generated `__new__`, a Python function of 12 arguments; the tuple
+# constructor it ends in, called directly with the same values in field order, builds the same SeqSpec
+# without that frame (~2,000 instructions less per spec, two specs per request; callgrind).
+_tuple_new = tuple.__new__
+
+
+@cython.locals(out=cython.longlong[:], i=cython.Py_ssize_t)
+def _ids_array(decode: dict[int, list[int]], count: int) -> np.ndarray:
+    """The keys of `decode`, in order, as a new int64 array of `count` (= len(decode)) elements.
+
+    Why a loop: `np.fromiter` over the dict converts each key through NumPy's generic item setter
+    (~9,000 instructions for a batch of 40, every turn the batch changes); compiled, this is one
+    `np.empty` and a C loop. As Python (`cython.compiled` false) it stays `np.fromiter`.
+    """
+    if not cython.compiled:
+        return np.fromiter(decode, dtype=np.int64, count=count)
+    ids = np.empty(count, dtype=np.int64)
+    out = ids
+    i = 0
+    for seq_id in decode:
+        out[i] = seq_id
+        i += 1
+    return ids
 
 
 def _int64_column(requests: pd.DataFrame, name: str) -> np.ndarray:
@@ -175,20 +204,23 @@ class RequestInfo:
         """
         prompt = self.prompt_tokens[req]
         # by position, in _SPEC_FIELDS order (checked at import): a quarter of a microsecond less than by
-        # keyword, twice per request
-        return SeqSpec(
-            seq_id,
-            prompt + emitted,  # prompt_tokens
-            self.max_tokens_eff[req] - emitted,  # max_tokens
-            self.output_tokens[req] - emitted,  # output_tokens
-            self.prefix_group[req],
-            self.prefix_tokens[req],
-            self.block_hashes[req] if self.has_block_hashes else (),
-            self.block_hash_tokens,
-            self.content_keys[req],  # content_key
-            prompt,  # content_prompt_tokens
-            sample,
-            first_chunk,  # first_chunk_tokens
+        # keyword, twice per request; through the tuple constructor (`_tuple_new`), not SeqSpec's __new__
+        return _tuple_new(
+            SeqSpec,
+            (
+                seq_id,
+                prompt + emitted,  # prompt_tokens
+                self.max_tokens_eff[req] - emitted,  # max_tokens
+                self.output_tokens[req] - emitted,  # output_tokens
+                self.prefix_group[req],
+                self.prefix_tokens[req],
+                self.block_hashes[req] if self.has_block_hashes else (),
+                self.block_hash_tokens,
+                self.content_keys[req],  # content_key
+                prompt,  # content_prompt_tokens
+                sample,
+                first_chunk,  # first_chunk_tokens
+            ),
         )
 
 
@@ -329,8 +361,7 @@ class Scheduler:
     def decode_ids(self) -> np.ndarray:
         """Ids of decoding sequences as an array (cached until the set changes)."""
         if self._ids_cache is None:
-            # the dict iterated directly (its keys, in order): no keys view built per call
-            self._ids_cache = np.fromiter(self.decode, dtype=np.int64, count=len(self.decode))
+            self._ids_cache = _ids_array(self.decode, len(self.decode))
         return self._ids_cache
 
     @property
@@ -587,17 +618,31 @@ class Scheduler:
                     log.recomputed_tokens[group.item.req] += chunk
                 if group.compute_left == 0:
                     completed.append(group)
-        # Decode sequences whose last token was sampled in this iteration.
+        # Decode sequences whose last token was sampled in this iteration. `_stop_decode` and
+        # `_finish_sample` written out (same steps, same order): one finish ends most jump turns, and
+        # a method call per step cost more than the step (callgrind, benchmarks/README.md).
         heap = self.finish_heap
         if decoded and heap and heap[0][0] <= it:
-            decode = self.decode
+            decode, alloc, free_ids = self.decode, self.alloc, self._free_ids
+            output_tokens, on_done = self.info.output_tokens, self.on_request_done
             while heap and heap[0][0] <= it:
                 finish_it, stamp, seq_id = heapq.heappop(heap)
                 rec = decode.get(seq_id)
                 if rec is None or rec[_STAMP] != stamp:
                     continue
-                self._stop_decode(seq_id)
-                self._finish_sample(rec[_REQ], rec[_EM_OFF] + it, FINISH_STOP, now_s)
+                # _stop_decode(seq_id)
+                del decode[seq_id]
+                self.kv_off_sum -= rec[_KV_OFF]
+                self._ids_cache = None
+                self.num_seqs -= 1
+                alloc.release(seq_id)
+                free_ids.append(seq_id)
+                # _finish_sample(req, emitted, FINISH_STOP, now_s)
+                req = rec[_REQ]
+                emitted = rec[_EM_OFF] + it
+                reason = FINISH_LENGTH if emitted < output_tokens[req] else FINISH_STOP
+                if log.finish_sample(req, now_s, emitted, reason) and on_done is not None:
+                    on_done(req, now_s)
         if completed:
             # the sequences that start decoding now, in the order they join `decode` (no scan of the batch)
             started: list[int] = []
@@ -606,8 +651,14 @@ class Scheduler:
                 self._complete_prefill(group, now_s, started)
             if not decoded and started:
                 self._grow_one(now_s, np.asarray(started, dtype=np.int64))
-        if decoded:
-            self._grow_one(now_s)
+        if decoded and self.decode:
+            # _grow_one(now_s)'s common case written out: every decode grows by one and none fails
+            ids = self._ids_cache
+            if ids is None:
+                ids = self.decode_ids()
+            failed_arr = self.alloc.grow(ids, 1)
+            if len(failed_arr):
+                self._preempt_failed(failed_arr, now_s)
 
     def _complete_prefill(self, group: PrefillGroup, now_s: float, started: list[int] | None = None) -> None:
         """A group's prompt is done: each sample emits its first token; appends to `started` the
@@ -637,8 +688,11 @@ class Scheduler:
         if not self.decode:
             return
         failed_arr = self.alloc.grow(self.decode_ids() if seq_ids is None else seq_ids, 1)
-        if not len(failed_arr):
-            return
+        if len(failed_arr):
+            self._preempt_failed(failed_arr, now_s)
+
+    def _preempt_failed(self, failed_arr: np.ndarray, now_s: float) -> None:
+        """Sequences in `failed_arr` could not grow: preempt newest first until all of them have."""
         failed = set(int(x) for x in failed_arr)
         while failed:
             victim_id, victim_group = self.policy.preemption_victim(self)

@@ -33,6 +33,11 @@ from sim.cost.server import ServerTerms, is_bench_profile, scenario_terms
 from sim.files import MAX_PROFILE_BYTES, check_input_file
 from sim.scenario.quantization import linear_flops_scale
 
+try:
+    import cython
+except ImportError:  # Cython is a build requirement, not a runtime one (docs/compiled_core.md)
+    from allocators import cython_shim as cython
+
 if TYPE_CHECKING:
     from sim.scenario.scenario import Scenario
 
@@ -145,6 +150,76 @@ _NO_SPLIT = 1 << 62
 # Longest jump `decode_steps_starting_before` searches with scalar steps; longer ones are searched in
 # one vectorised pass (a Python step costs ~0.1 us, the vectorised search ~4 us whatever its length).
 _SCALAR_SEARCH_STEPS = 48
+
+
+@cython.locals(
+    k=cython.Py_ssize_t,
+    split=cython.longlong,
+    intercept_a=cython.double,
+    slope_a=cython.double,
+    intercept_b=cython.double,
+    slope_b=cython.double,
+    out=cython.double[:],
+    i=cython.Py_ssize_t,
+)
+def _line_durations(
+    k: int, split: int, intercept_a: float, slope_a: float, intercept_b: float, slope_b: float
+) -> np.ndarray:
+    """Step i of k lasts intercept_a + slope_a x i before `split`, intercept_b + slope_b x i from it on.
+
+    Compiled, a C loop into one new array: per element the float multiply and add NumPy's
+    `intercept + slope * steps` does (i as a double is exact; no fused multiply-add on x86-64 without
+    -mfma), so the same floats, without the three or four NumPy calls on a short array per jump. As
+    Python (`cython.compiled` false) it is those NumPy calls.
+    """
+    if not cython.compiled:
+        steps = _float_arange(k)
+        if split >= k:  # one side (compute or memory) wins every step: one vectorised line
+            return intercept_a + slope_a * steps
+        if split <= 0:
+            return intercept_b + slope_b * steps
+        durations = np.zeros(k, dtype=np.float64)
+        durations[:split] = intercept_a + slope_a * steps[:split]
+        durations[split:] = intercept_b + slope_b * steps[split:]
+        return durations
+    durations = np.empty(k, dtype=np.float64)
+    out = durations
+    for i in range(k):
+        if i < split:
+            out[i] = intercept_a + slope_a * i
+        else:
+            out[i] = intercept_b + slope_b * i
+    return durations
+
+
+@cython.locals(
+    k=cython.longlong,
+    split=cython.longlong,
+    intercept_a=cython.double,
+    slope_a=cython.double,
+    intercept_b=cython.double,
+    slope_b=cython.double,
+    gap_s=cython.double,
+    count=cython.longlong,
+    start_s=cython.double,
+    i=cython.longlong,
+)
+def _steps_starting_before(
+    k: int, split: int, intercept_a: float, slope_a: float, intercept_b: float, slope_b: float, gap_s: float
+) -> int:
+    """1 + how many of steps 1..k-1 (durations as `_line_durations`) start before `gap_s`: the start
+    of step i is the running sum of durations 0..i-1, added left to right as `cumsum` does; the same
+    float operations as Python, in C where compiled."""
+    count, start_s = 1, 0.0  # steps 0..k-2 end where steps 1..k-1 start
+    for i in range(k - 1):
+        if i < split:  # _line_durations's float, then cumsum's
+            start_s += intercept_a + slope_a * i
+        else:
+            start_s += intercept_b + slope_b * i
+        if start_s >= gap_s:
+            return count
+        count += 1
+    return count
 
 
 def _float_arange(count: int) -> np.ndarray:
@@ -444,13 +519,23 @@ class CostModel:
         if self.constant_step_s is not None:
             return self.constant_step_s
         if prefill_tokens == 0:
-            fixed = self._decode_batch_time_s(num_decode_seqs)
+            fixed = self._decode_batch_memo.get(num_decode_seqs)  # _decode_batch_time_s's memo, inlined
+            if fixed is None:
+                fixed = self._decode_batch_time_s(num_decode_seqs)
         else:
             fixed = self.batch_time_s(prefill_tokens + num_decode_seqs, num_decode_seqs)
         # attention_time_s, inlined (every turn): max(FLOPs of the pairs, the KV read), same floats and
-        # the same tie rule as max() (the first argument unless the second is larger)
-        compute = self.attention_compute_time_s(decode_context_tokens + prefill_context_tokens)
-        intercept, slope = self._kv_read_lines(num_decode_seqs)
+        # the same tie rule as max() (the first argument unless the second is larger); the FLOPs as
+        # attention_compute_time_s and the KV-read lines from _kv_read_lines's memo, inlined too
+        compute = (
+            (decode_context_tokens + prefill_context_tokens)
+            * self.attention_flops_per_pair
+            / self.flops_per_s
+        )
+        lines = self._kv_lines_memo.get(num_decode_seqs)
+        if lines is None:
+            lines = self._kv_read_lines(num_decode_seqs)
+        intercept, slope = lines
         memory = intercept + slope * decode_context_tokens
         return fixed + (memory if memory > compute else compute)
 
@@ -505,19 +590,12 @@ class CostModel:
         """Each of the k steps' durations (vectorised), for recording a jump step by step if needed."""
         if k <= 0 or num_decode_seqs <= 0:
             return np.zeros(max(0, k), dtype=np.float64)
-        steps = _float_arange(k)
         # step i of k lasts intercept + slope x i: the first line before the split, the second from it
         split, intercept_a, slope_a, intercept_b, slope_b = self._decode_lines(
             num_decode_seqs, context_tokens_sum
         )
-        if split >= k:  # one side (compute or memory) wins every step: one vectorised line
-            return intercept_a + slope_a * steps
-        if split <= 0:
-            return intercept_b + slope_b * steps
-        durations = np.zeros(k, dtype=np.float64)
-        durations[:split] = intercept_a + slope_a * steps[:split]
-        durations[split:] = intercept_b + slope_b * steps[split:]
-        return durations
+        # the split cut to k (the same steps on each line): a crossing far away can exceed a C integer
+        return _line_durations(k, min(split, k), intercept_a, slope_a, intercept_b, slope_b)
 
     def decode_steps_starting_before(
         self, num_decode_seqs: int, context_tokens_sum: int, k: int, gap_s: float
@@ -528,9 +606,11 @@ class CostModel:
         is `1 + searchsorted(cumsum(d[:-1]), gap_s, "left")` of the durations array, the same floats
         step by step. Why scalar: a jump is cut by the next arrival after a few steps, and a few
         scalar additions cost less than the four NumPy calls on tiny arrays that build and search
-        the array (issue 24); a long search (k > _SCALAR_SEARCH_STEPS) stays vectorised.
+        the array (issue 24); a long search (k > _SCALAR_SEARCH_STEPS) stays vectorised as Python.
+        Compiled, the loop is C arithmetic (`_steps_starting_before`) and runs whatever k: it stops at
+        the first step that starts at or after the gap, as the vectorised search's answer does.
         """
-        if k > _SCALAR_SEARCH_STEPS:
+        if k > _SCALAR_SEARCH_STEPS and not cython.compiled:
             starts = self.decode_step_durations_s(num_decode_seqs, context_tokens_sum, k)[:-1].cumsum()
             return 1 + int(starts.searchsorted(gap_s, side="left"))
         if k <= 0 or num_decode_seqs <= 0:
@@ -539,16 +619,8 @@ class CostModel:
             split, intercept_a, slope_a, intercept_b, slope_b = self._decode_lines(
                 num_decode_seqs, context_tokens_sum
             )
-        count, start_s, last = 1, 0.0, k - 1  # steps 0..k-2 end where steps 1..k-1 start
-        for i in range(last):
-            if i < split:  # decode_step_durations_s's float, then cumsum's
-                start_s += intercept_a + slope_a * i
-            else:
-                start_s += intercept_b + slope_b * i
-            if start_s >= gap_s:
-                return count
-            count += 1
-        return count
+        # the split cut to k, as in `decode_step_durations_s`
+        return _steps_starting_before(k, min(split, k), intercept_a, slope_a, intercept_b, slope_b, gap_s)
 
     def describe(self) -> dict[str, Any]:
         """JSON-safe summary of the coefficients (goes into summary.json and `kvsim run` output)."""

@@ -139,6 +139,29 @@ def test_step_recorder_keeps_rows_on_the_stride(max_rows: int, offered: int) -> 
         assert frame[name].dtype == np.int64
 
 
+def test_step_recorder_writes_what_numpy_casts_gave() -> None:
+    """Compiled, kept rows reach the columns through a C loop (`metrics._write_records`); values that
+    are NumPy scalars, or a float in an integer column, give the table `np.fromiter` gave."""
+    from sim.core.metrics import RECORD_ORDER
+
+    width = len(RECORD_ORDER) - 2
+    records = [
+        (0.5, 0.25, *range(width)),
+        (np.float64(1.5), np.float64(0.75), *(np.int64(10 + j) for j in range(width))),
+        (2, 3, *(20 + j for j in range(width))),
+        (3.5, 1.0, 2.7, *(30 + j for j in range(width - 1))),  # a float in an int column: truncated
+    ]
+    recorder = StepRecorder(16)
+    for record in records:
+        recorder.offer_record(record)
+    frame = recorder.to_frame()
+    for k, name in enumerate(RECORD_ORDER):
+        dtype = np.float64 if name in ("time_s", "duration_s") else np.int64
+        expected = np.fromiter((record[k] for record in records), dtype, len(records))
+        assert frame[name].dtype == dtype, name
+        assert frame[name].tolist() == expected.tolist(), name
+
+
 def test_request_log_many_distinct_rejection_reasons() -> None:
     """More distinct reasons than a byte code holds (each names its own prompt length)."""
     num = 300
