@@ -39,10 +39,12 @@ $(STAMP): pyproject.toml
 # built instead of compiling them again (their sources are unchanged). Then the byte-compile that $(STAMP)
 # left out, on every core: the tests start many interpreters, and where bytecode is not written
 # (PYTHONDONTWRITEBYTECODE, a read-only venv) each would compile pandas and matplotlib again. Files that
-# do not compile are skipped quietly, as pip's own byte-compile does.
+# do not compile are skipped quietly, as pip's own byte-compile does; where worker processes cannot start,
+# one process compiles them.
+byte_compile = $(PY) -c "import compileall, sysconfig; compileall.compile_dir(sysconfig.get_paths()['purelib'], quiet=2, workers=$(1))"
 $(DEV_STAMP): $(STAMP)
 	$(PY) -m pip install -q -e '.[dev,dask]'
-	$(PY) -c "import compileall, sysconfig; compileall.compile_dir(sysconfig.get_paths()['purelib'], quiet=2, workers=0)"
+	$(call byte_compile,0) || $(call byte_compile,1)
 	touch $(DEV_STAMP)
 
 # order-only on the venv: installing it builds the core too, and must not make the record look old.
