@@ -18,23 +18,33 @@ CORE := allocators/_compiled_core.json
 .PHONY: demo test bench calibrate docs notebooks lint venv clean
 
 $(STAMP): pyproject.toml
+# No `pip install --upgrade pip` (~3 s before anything else can start): the pip that `python -m venv`
+# puts in (ensurepip's, 23.2 with Python 3.11.7) does everything below, editable installs (PEP 660)
+# with build isolation included.
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
 # kvsim's dependencies (pyproject.toml's list, written out by tomllib) install while pip builds kvsim
 # itself, which compiles the core on every core: the two overlap instead of queueing (a fresh clone's
-# `make demo`, benchmarks/fresh_demo.py). Both must succeed.
+# `make demo`, benchmarks/fresh_demo.py). Both must succeed. --no-compile: pip would byte-compile every
+# .py of NumPy, pandas, pyarrow, matplotlib... (~16 s of CPU); Python compiles what the demo imports
+# when it first imports it (~3 s), and $(DEV_STAMP) compiles the rest for the tests' many processes.
 	$(PY) -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]))' \
 	  > $(VENV)/requirements-run.txt
-	$(PY) -m pip install -q -r $(VENV)/requirements-run.txt & deps=$$!; \
+	$(PY) -m pip install -q --no-compile -r $(VENV)/requirements-run.txt & deps=$$!; \
 	  $(PY) -m pip install -q --no-deps -e .; built=$$?; wait $$deps && test $$built -eq 0
 	@$(PY) -c "import sim; print('kvsim core:', sim.core_path())"
 	rm -f $(VENV)/.installed-*
 	touch $(STAMP)
 
 # The extras on top: pip builds the editable install again, and setup.py copies the extensions it just
-# built instead of compiling them again (their sources are unchanged).
+# built instead of compiling them again (their sources are unchanged). Then the byte-compile that $(STAMP)
+# left out, on every core: the tests start many interpreters, and where bytecode is not written
+# (PYTHONDONTWRITEBYTECODE, a read-only venv) each would compile pandas and matplotlib again. Files that
+# do not compile are skipped quietly, as pip's own byte-compile does; where worker processes cannot start,
+# one process compiles them.
+byte_compile = $(PY) -c "import compileall, sysconfig; compileall.compile_dir(sysconfig.get_paths()['purelib'], quiet=2, workers=$(1))"
 $(DEV_STAMP): $(STAMP)
 	$(PY) -m pip install -q -e '.[dev,dask]'
+	$(call byte_compile,0) || $(call byte_compile,1)
 	touch $(DEV_STAMP)
 
 # order-only on the venv: installing it builds the core too, and must not make the record look old.

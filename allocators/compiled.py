@@ -35,17 +35,12 @@ COMPILED_MODULES: tuple[str, ...] = (
     "allocators.paged",
     "allocators.jump_integral",
     "allocators.prefix_keys",
-    "allocators.seq_arrays",
     "allocators.seq_kernels",
-    "allocators.ledger",
     "allocators.radix_tree",
     "allocators.radix",
     "sim.core.engine",
     "sim.core.scheduler",
     "sim.core.metrics",
-    "sim.core.policy",
-    "sim.engines.vllm_v0",
-    "sim.engines.vllm_v1",
     "sim.engines.sglang",
     "sim.cost.model",
 )
@@ -197,7 +192,7 @@ def install() -> CompiledCoreFinder:
 
 
 def core_path() -> str:
-    """The active path, e.g. "compiled (Cython 3.1.2, 16 modules)" or "pure Python (KVSIM_PURE=1)"."""
+    """The active path, e.g. "compiled (Cython 3.3.1, 12 modules)" or "pure Python (KVSIM_PURE=1)"."""
     return install().state.describe()
 
 
