@@ -41,6 +41,7 @@ COMPILED_MODULES: tuple[str, ...] = (
     "sim.core.engine",
     "sim.core.scheduler",
     "sim.core.metrics",
+    "sim.core.policy",
     "sim.engines.sglang",
     "sim.cost.model",
 )
