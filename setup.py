@@ -42,7 +42,10 @@ DIRECTIVES: dict[str, object] = {"language_level": 3, "annotation_typing": False
 # -g0 -O1 after Python's own "-g -O3": the generated C is mostly calls into the CPython API, where -O3
 # buys nothing measurable (callgrind, engine_v1 300 + engine 2,000 prompts: 3.54 G instructions at -O3,
 # 3.57 G at -O1, 3.88 G pure) and costs twice the compile time (allocators/paged.c: 10.3 s vs 4.3 s).
-COMPILE_ARGS = ["-g0", "-O1"]
+# -ffp-contract=off: the typed float loops (sim/cost/model.py `_line_durations`, seq_kernels `jump_terms`)
+# must give the floats NumPy gives, one rounding per multiply and per add; gcc contracts a * b + c into a
+# fused multiply-add where the target has one by default (aarch64, or x86-64 with -mfma), which rounds once.
+COMPILE_ARGS = ["-g0", "-O1", "-ffp-contract=off"]
 
 
 def _switch_constant(name: str) -> object:

@@ -417,11 +417,7 @@ class BlockPool:
             if self.enable_caching:
                 self.num_cached += keyed.size
             elif keyed.size:
-                by_key, key_of_block = self._block_by_key, self._key_of_block
-                for block in keyed.tolist():
-                    del by_key[key_of_block[block]]
-                    key_of_block[block] = None
-                self.has_key[keyed] = False
+                self._unname(keyed)
         if self.enable_caching:
             named = self.has_key[freed]
             if not named.all():
@@ -459,12 +455,16 @@ class BlockPool:
             freed = queue._entries[tail : tail + num_freed]
             keyed = freed[self.has_key[freed]]
             if keyed.size:
-                by_key, key_of_block = self._block_by_key, self._key_of_block
-                for block in keyed.tolist():
-                    del by_key[key_of_block[block]]
-                    key_of_block[block] = None
-                self.has_key[keyed] = False
+                self._unname(keyed)
         return queue._entries[tail : tail + num_freed].copy() if want_freed else None
+
+    def _unname(self, keyed: np.ndarray) -> None:
+        """Forget the keys of freed named blocks (caching off: a freed block is not findable)."""
+        by_key, key_of_block = self._block_by_key, self._key_of_block
+        for block in keyed.tolist():
+            del by_key[key_of_block[block]]
+            key_of_block[block] = None
+        self.has_key[keyed] = False
 
     def cached_blocks(self) -> np.ndarray:
         """Free blocks still findable by key."""

@@ -168,9 +168,9 @@ def _line_durations(
     """Step i of k lasts intercept_a + slope_a x i before `split`, intercept_b + slope_b x i from it on.
 
     Compiled, a C loop into one new array: per element the float multiply and add NumPy's
-    `intercept + slope * steps` does (i as a double is exact; no fused multiply-add on x86-64 without
-    -mfma), so the same floats, without the three or four NumPy calls on a short array per jump. As
-    Python (`cython.compiled` false) it is those NumPy calls.
+    `intercept + slope * steps` does (i as a double is exact; no fused multiply-add: setup.py
+    compiles with -ffp-contract=off), so the same floats, without the three or four NumPy calls on a
+    short array per jump. As Python (`cython.compiled` false) it is those NumPy calls.
     """
     if not cython.compiled:
         steps = _float_arange(k)
