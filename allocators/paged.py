@@ -28,6 +28,11 @@ from collections.abc import Hashable, Sequence
 
 import numpy as np
 
+try:
+    import cython
+except ImportError:  # Cython is a build requirement, not a runtime one
+    from allocators import cython_shim as cython
+
 from allocators.base import AllocatorBase, Layout, MemoryBreakdown, SeqSpec
 from allocators.block_pool import BlockPool
 from allocators.cpu_tier import CpuTier
@@ -185,6 +190,32 @@ def _block_pieces_of_content(
     return block_pieces(seq, block_size, skip_whole_blocks=skip_whole_blocks)
 
 
+@cython.cclass
+class PagedTotals:
+    """The paged allocator's running totals over its live sequences, kept in step with every change.
+
+    Why an object of its own: compiled, this is an extension type whose fields are C integers, so the
+    allocator's per-request and per-turn methods (admission, release, growth, `breakdown`), which
+    declare their local `totals` of this type, read and update them as C fields; an attribute of the
+    allocator itself is a dict lookup and a Python int each time (the allocator cannot be an extension
+    type: its base, AllocatorBase, is a Python class). As Python it is a plain object, same fields.
+    """
+
+    stored_tokens = cython.declare(cython.longlong, visibility="public")  # sum of lengths
+    # sum of blocks x block_size, per holder (a shared block counts per holder)
+    held_slots = cython.declare(cython.longlong, visibility="public")
+    # sum of slots past the final token in held blocks (internal waste)
+    never_tokens = cython.declare(cython.longlong, visibility="public")
+    # live sequences (live.sum()): the jump integral asks whether its ids are all of them
+    num_live = cython.declare(cython.longlong, visibility="public")
+
+    def __init__(self) -> None:
+        self.stored_tokens = 0
+        self.held_slots = 0
+        self.never_tokens = 0
+        self.num_live = 0
+
+
 class PagedAllocator(AllocatorBase):
     """Block pool + block tables + refcounts + prefix sharing/caching."""
 
@@ -231,7 +262,6 @@ class PagedAllocator(AllocatorBase):
         # their prompt length: the tier stores each chunk's full blocks as it is computed
         self._tier_prefilling: dict[int, int] = {}
         self.live = np.zeros(0, dtype=bool)
-        self._num_live = 0  # live.sum(), kept in step (the jump integral asks whether ids are all live)
         self.lengths_tokens = np.zeros(0, dtype=np.int64)
         self.num_seq_blocks = np.zeros(0, dtype=np.int64)
         self.final_tokens = np.zeros(0, dtype=np.int64)
@@ -250,10 +280,8 @@ class PagedAllocator(AllocatorBase):
         #   (0 for dead ids and -1 caps: any growth takes the general path).
         self.quiet_limit_tokens = np.zeros(0, dtype=np.int64)
         self._lean_cap_tokens = np.zeros(0, dtype=np.int64)
-        # Totals over live sequences, kept in step with every change so `breakdown` need not scan:
-        self._stored_tokens = 0  # sum of lengths
-        self._held_slots = 0  # sum of blocks x block_size, per holder (a shared block counts per holder)
-        self._never_tokens = 0  # sum of slots past the final token in held blocks (internal waste)
+        # Totals over live sequences, kept in step with every change so `breakdown` need not scan
+        self._totals = PagedTotals()
         # Block tables live in rows ("slots") recycled across sequences, so the table is
         # (live sequences x longest table), not (every seq id ever seen x longest table).
         self.table_slot = np.zeros(0, dtype=np.int64)  # seq id -> row of _tables
@@ -356,9 +384,9 @@ class PagedAllocator(AllocatorBase):
         """Add (sign 1) or remove (sign -1) one live sequence's share of the running totals."""
         length = self.lengths_tokens.item(seq_id)
         held = self.num_seq_blocks.item(seq_id) * self.block_size
-        self._stored_tokens += sign * length
-        self._held_slots += sign * held
-        self._never_tokens += sign * max(0, held - max(self.final_tokens.item(seq_id), length))
+        self._totals.stored_tokens += sign * length
+        self._totals.held_slots += sign * held
+        self._totals.never_tokens += sign * max(0, held - max(self.final_tokens.item(seq_id), length))
 
     def _totals_of(self, seq_ids: np.ndarray) -> tuple[int, int, int]:
         """(tokens, held slots, never-filled slots) of these sequences, for updating the totals."""
@@ -499,7 +527,7 @@ class PagedAllocator(AllocatorBase):
             row[: hit_blocks.size] = hit_blocks
         row[hit_blocks.size : prompt_blocks] = new_blocks
         self.live[sid] = True
-        self._num_live += 1
+        self._totals.num_live += 1
         self.lengths_tokens[sid] = held_tokens
         self.num_seq_blocks[sid] = prompt_blocks
         self._set_final(sid, seq.final_tokens)
@@ -559,6 +587,7 @@ class PagedAllocator(AllocatorBase):
         hit_tokens = min(hit_blocks, (seq.prompt_tokens - 1) // self.block_size) * self.block_size
         return hit_tokens + min(seq.prompt_tokens - hit_tokens, seq.first_chunk_tokens)
 
+    @cython.locals(totals=PagedTotals)
     def _admit_plain(self, seq: SeqSpec) -> bool:
         """`admit` for a prompt with no named content (most requests), in Python scalars.
 
@@ -566,6 +595,7 @@ class PagedAllocator(AllocatorBase):
         block allocation plus a few scalar stores; this does exactly what the general path does for
         such a prompt (same blocks, totals and limits) without its array and helper calls.
         """
+        totals = self._totals
         bs = self.block_size
         sid = seq.seq_id
         prompt = (
@@ -586,14 +616,14 @@ class PagedAllocator(AllocatorBase):
         if not pool.allocate_into_row(views[8], slot, prompt_blocks):  # stale queue head: in arrays
             self._tables[slot, :prompt_blocks] = pool.allocate(prompt_blocks)
         final = seq.final_tokens
-        self._num_live += 1
+        totals.num_live += 1
         if self.cpu_tier is not None:  # nothing named, nothing to store: the lookup still counts
             self.cpu_tier.record_admission(seq.prompt_tokens, 0, 0)
         # _count_in(sid, 1) and _set_limits_of(sid), from the values stored below
         held = prompt_blocks * bs
-        self._stored_tokens += prompt
-        self._held_slots += held
-        self._never_tokens += max(0, held - max(final, prompt))
+        totals.stored_tokens += prompt
+        totals.held_slots += held
+        totals.never_tokens += max(0, held - max(final, prompt))
         cap = final if self.max_model_len is None else min(final, self.max_model_len)
         quiet = min(held, cap)
         if self._num_cow_flagged and self.cow_flag[sid]:
@@ -636,6 +666,7 @@ class PagedAllocator(AllocatorBase):
             over = lengths + num_tokens > self.max_model_len
         return lengths, extra, cow, over
 
+    @cython.locals(totals=PagedTotals)
     def grow(self, seq_ids: np.ndarray, num_tokens: int = 1) -> np.ndarray:
         """Grow each sequence by `num_tokens`; blocks go to sequences in the order given.
 
@@ -647,6 +678,7 @@ class PagedAllocator(AllocatorBase):
         pool has them, they get them in one allocation (`_append_lean`); otherwise the general
         rule (`_grow_general`) handles copy-on-write, max_model_len and running out of blocks.
         """
+        totals = self._totals
         seq_ids = np.asarray(seq_ids, dtype=np.int64)
         if num_tokens <= 0 or seq_ids.size == 0:
             return _EMPTY_IDS
@@ -659,7 +691,7 @@ class PagedAllocator(AllocatorBase):
         # lengths[ids] += num_tokens, and the sequences grown past their quiet limit, in one loop
         views = self._views or self._make_views()
         events = grow_quiet(views[0], views[1], seq_ids, num_tokens)
-        self._stored_tokens += seq_ids.size * num_tokens
+        totals.stored_tokens += seq_ids.size * num_tokens
         if not events:
             return _EMPTY_IDS
         if num_tokens <= self.block_size and len(events) <= _LEAN_LOOP_MAX:
@@ -677,7 +709,7 @@ class PagedAllocator(AllocatorBase):
                 return _EMPTY_IDS
         # undo the eventful sequences' growth and redo it under the general rule
         self.lengths_tokens[event_ids] -= num_tokens
-        self._stored_tokens -= event_ids.size * num_tokens
+        totals.stored_tokens -= event_ids.size * num_tokens
         return self._grow_general(event_ids, num_tokens)
 
     def _grow_chunk_stored(self, seq_ids: np.ndarray, num_tokens: int) -> np.ndarray:
@@ -715,6 +747,7 @@ class PagedAllocator(AllocatorBase):
         tier.touch(keys)
         self._tier_next_block[seq_id] = len(keys)
 
+    @cython.locals(totals=PagedTotals)
     def _grow_few(self, seq_ids: list[int], num_tokens: int) -> np.ndarray:
         """`grow` for a handful of sequences (`num_tokens` <= block_size), in Python scalars.
 
@@ -723,6 +756,7 @@ class PagedAllocator(AllocatorBase):
         same tiers in the same order: quiet sequences only grow, the rest take the lean append or,
         undone, the general rule.
         """
+        totals = self._totals
         lengths, quiet = self.lengths_tokens, self.quiet_limit_tokens
         events: list[int] = []
         for seq_id in seq_ids:
@@ -730,14 +764,15 @@ class PagedAllocator(AllocatorBase):
             lengths[seq_id] = grown_length
             if grown_length > quiet.item(seq_id):
                 events.append(seq_id)
-        self._stored_tokens += len(seq_ids) * num_tokens
+        totals.stored_tokens += len(seq_ids) * num_tokens
         if not events or self._append_lean_few(events):
             return _EMPTY_IDS
         for seq_id in events:  # undo the eventful sequences' growth and redo it under the general rule
             lengths[seq_id] -= num_tokens
-        self._stored_tokens -= len(events) * num_tokens
+        totals.stored_tokens -= len(events) * num_tokens
         return self._grow_general(np.asarray(events, dtype=np.int64), num_tokens)
 
+    @cython.locals(totals=PagedTotals)
     def _grow_single(self, seq_id: int, num_tokens: int) -> np.ndarray:
         """`grow` of one live sequence by more than a block (a prefill chunk), no fork sharing, in scalars.
 
@@ -746,6 +781,7 @@ class PagedAllocator(AllocatorBase):
         sequence without copy-on-write: it fails unchanged past max_model_len or when the pool lacks
         the blocks; otherwise it takes them in one allocation, at the end of its table.
         """
+        totals = self._totals
         bs = self.block_size
         length = self.lengths_tokens.item(seq_id)
         have = self.num_seq_blocks.item(seq_id)
@@ -763,10 +799,10 @@ class PagedAllocator(AllocatorBase):
             self._tables[self.table_slot.item(seq_id), have : have + extra] = self.pool.allocate(extra)
             have += extra
             self.num_seq_blocks[seq_id] = have
-            self._held_slots += extra * bs
+            totals.held_slots += extra * bs
         self.lengths_tokens[seq_id] = grown_length
-        self._stored_tokens += num_tokens
-        self._never_tokens += max(0, have * bs - max(final, grown_length)) - never_before
+        totals.stored_tokens += num_tokens
+        totals.never_tokens += max(0, have * bs - max(final, grown_length)) - never_before
         self._set_limits_of(seq_id)
         return _EMPTY_IDS
 
@@ -786,9 +822,9 @@ class PagedAllocator(AllocatorBase):
         have += 1
         self.num_seq_blocks[seq_ids] = have
         held = have * self.block_size
-        self._held_slots += seq_ids.size * self.block_size
+        self._totals.held_slots += seq_ids.size * self.block_size
         # below the final length before, so nothing was never-filled; now the final block may be held
-        self._never_tokens += int(np.add.reduce(np.maximum(held - self.final_tokens[seq_ids], 0)))
+        self._totals.never_tokens += int(np.add.reduce(np.maximum(held - self.final_tokens[seq_ids], 0)))
         self.quiet_limit_tokens[seq_ids] = np.minimum(held, caps)
         return True
 
@@ -821,12 +857,13 @@ class PagedAllocator(AllocatorBase):
         self._tables[rows, cols] = new_blocks
         self.num_seq_blocks[seq_ids] = held
         held *= bs
-        self._held_slots += total * bs
+        self._totals.held_slots += total * bs
         # below the final length before (grown <= cap), so nothing was never-filled; now it may be
-        self._never_tokens += int(np.add.reduce(np.maximum(held - self.final_tokens[seq_ids], 0)))
+        self._totals.never_tokens += int(np.add.reduce(np.maximum(held - self.final_tokens[seq_ids], 0)))
         self.quiet_limit_tokens[seq_ids] = np.minimum(held, caps)
         return True
 
+    @cython.locals(totals=PagedTotals)
     def _append_lean_few(self, seq_ids: list[int]) -> bool:
         """`_append_lean` in one typed pass over the crossing sequences (same blocks, same order).
 
@@ -836,6 +873,7 @@ class PagedAllocator(AllocatorBase):
         pop is inlined (`BlockPool.allocate_few`'s clean case, in the same loop as the appends):
         this runs on nearly every decode step.
         """
+        totals = self._totals
         count = len(seq_ids)
         pool = self.pool
         queue = pool.queue
@@ -865,8 +903,8 @@ class PagedAllocator(AllocatorBase):
             queue.num_free -= count
             if evicted:
                 pool._forget_evicted(evicted)
-        self._never_tokens += never
-        self._held_slots += count * self.block_size
+        totals.never_tokens += never
+        totals.held_slots += count * self.block_size
         return True
 
     def _grow_general(self, seq_ids: np.ndarray, num_tokens: int) -> np.ndarray:
@@ -898,9 +936,9 @@ class PagedAllocator(AllocatorBase):
             self.cow_flag[cleared] = False
             self._num_cow_flagged -= cleared.size
         after = self._totals_of(seq_ids)
-        self._stored_tokens += after[0] - before[0]
-        self._held_slots += after[1] - before[1]
-        self._never_tokens += after[2] - before[2]
+        self._totals.stored_tokens += after[0] - before[0]
+        self._totals.held_slots += after[1] - before[1]
+        self._totals.never_tokens += after[2] - before[2]
         self._set_limits(seq_ids)
         return _EMPTY_IDS if ok is None else seq_ids[~ok]
 
@@ -1002,7 +1040,9 @@ class PagedAllocator(AllocatorBase):
             self._tier_store_keys(seq_id, keys)
             del self._tier_next_block[seq_id]
 
+    @cython.locals(totals=PagedTotals)
     def release(self, seq_id: int) -> None:
+        totals = self._totals
         check_live_seq(self, seq_id)
         count = self.num_seq_blocks.item(seq_id)
         slot = self.table_slot.item(seq_id)
@@ -1027,10 +1067,10 @@ class PagedAllocator(AllocatorBase):
         stored, held, never = clear_seq(
             lengths, quiet, caps, num_blocks, slots, final, self._flag_views[0], seq_id, self.block_size
         )
-        self._stored_tokens -= stored
-        self._held_slots -= held
-        self._never_tokens -= never
-        self._num_live -= 1
+        totals.stored_tokens -= stored
+        totals.held_slots -= held
+        totals.never_tokens -= never
+        totals.num_live -= 1
 
     def fork(self, parent_id: int, child: SeqSpec) -> bool:
         """Child shares every parent block (refcount+1); copy-on-write happens at the first write."""
@@ -1060,7 +1100,7 @@ class PagedAllocator(AllocatorBase):
         slot = self._take_slot(sid)
         self._tables[slot, :count] = child_blocks
         self.live[sid] = True
-        self._num_live += 1
+        self._totals.num_live += 1
         self.lengths_tokens[sid] = length
         self.num_seq_blocks[sid] = count
         self._set_final(sid, child.final_tokens)
@@ -1080,17 +1120,19 @@ class PagedAllocator(AllocatorBase):
     def live_seq_ids(self) -> np.ndarray:
         return np.flatnonzero(self.live)
 
+    @cython.locals(totals=PagedTotals)
     def breakdown(self, next_demand_tokens: int = 0) -> MemoryBreakdown:
         """Taxonomy; `next_demand_tokens` does not matter: any free block serves any demand.
 
         O(1) from the running totals, except while forks share a partial block (`_scan_held`).
         """
+        totals = self._totals
         bs = self.block_size
         if self._num_cow_flagged:
             reservation, internal = self._scan_held()
         else:
-            internal = self._never_tokens
-            reservation = self._held_slots - self._stored_tokens - internal
+            internal = totals.never_tokens
+            reservation = totals.held_slots - totals.stored_tokens - internal
         pool = self.pool
         num_free = pool.queue.num_free  # pool.num_free without the property (the engine asks every turn)
         capacity = self.capacity_tokens
