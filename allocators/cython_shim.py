@@ -58,6 +58,11 @@ def declare(_type: _CType | None = None, value: Any = None, **_kwargs: Any) -> A
     return value
 
 
+def ccall(function: Callable[..., Any]) -> Callable[..., Any]:
+    """`@cython.ccall` (a method callable from C and from Python): the function unchanged."""
+    return function
+
+
 def returns(_type: _CType) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """`@cython.returns(...)`: the function unchanged."""
     return lambda function: function

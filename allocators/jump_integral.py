@@ -166,9 +166,9 @@ def paged_breakdown_integral(
     if min_start < steps:
         # internal now: sum of max(0, held - final) (no one is past its final length); over every live
         # sequence without forks that is the allocator's running total, the same integer
-        totals = alloc._totals
-        if not alloc._num_cow_flagged and growing == totals.num_live:
-            internal_now_sum = totals.never_tokens
+        state = alloc._state
+        if not alloc._num_cow_flagged and growing == state.num_live:
+            internal_now_sum = state.never_tokens
         else:
             internal_now_sum = never_tokens
         internal_delta = float(products_s - internal_now_sum * total_s)
