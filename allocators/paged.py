@@ -74,6 +74,7 @@ _SCALAR_HITS_MAX = 48
 _new_tuple = tuple.__new__
 
 
+@cython.ccall  # a C call from admission and demand_tokens here; hybrid_caching calls it from Python
 def _has_named_content(seq: SeqSpec) -> bool:
     """Whether any prompt token is named (hash blocks or a shared prefix), as prefix_keys decides.
 
@@ -613,8 +614,17 @@ class PagedAllocator(AllocatorBase):
             return "demand_exceeds_capacity"
         return ""
 
+    @cython.locals(state=PagedState)
     def admit(self, seq: SeqSpec) -> bool:
-        check_new_seq(self, seq.seq_id)
+        state = self._state
+        if self._views is None:  # the state's views are fresh from here on
+            self._make_views()
+        sid = seq.seq_id
+        # seq_arrays.check_new_seq, on the view (an uncompiled call on every admission)
+        if sid < 0:
+            raise RuntimeError(f"seq id must be >= 0, got {sid}")
+        if sid < state.live.shape[0] and state.live[sid]:
+            raise RuntimeError(f"seq id {sid} is already live in {self.name}")
         if self.max_model_len is not None and seq.prompt_tokens > self.max_model_len:
             return False
         if not _has_named_content(seq):
@@ -1230,7 +1240,20 @@ class PagedAllocator(AllocatorBase):
     def live_seq_ids(self) -> np.ndarray:
         return np.flatnonzero(self.live)
 
-    @cython.locals(state=PagedState)
+    # C integers for the counts (capacity and external stay Python objects, as given): the same values,
+    # without a Python int per operation on this per-turn path
+    @cython.locals(
+        state=PagedState,
+        bs=cython.longlong,
+        reservation=cython.longlong,
+        internal=cython.longlong,
+        num_free=cython.longlong,
+        pool_slots=cython.longlong,
+        duplicated=cython.longlong,
+        token_states=cython.longlong,
+        free=cython.longlong,
+        cached=cython.longlong,
+    )
     def breakdown(self, next_demand_tokens: int = 0) -> MemoryBreakdown:
         """Taxonomy; `next_demand_tokens` does not matter: any free block serves any demand.
 
