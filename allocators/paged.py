@@ -46,8 +46,6 @@ from allocators.seq_kernels import (
     flag_view,
     grow_quiet,
     lean_append,
-    lean_append_popped,
-    lean_columns,
     longest_length,
     typed_view,
 )
@@ -56,7 +54,7 @@ _EMPTY_IDS = np.zeros(0, dtype=np.int64)
 # Up to this many sequences crossing a block boundary in one grow are served by a scalar loop
 # (`_append_lean_few`); as Python, measured faster than the vectorised path below about 13 of them
 # (`benchmarks/lean_crossover.py`: ~0.6 us per sequence + ~3 us against ~11 us for NumPy). Compiled,
-# its loops (seq_kernels: lean_columns, lean_append_popped) are C and win at any count
+# its loops (PagedState.lean_columns, lean_append_popped) are C and win at any count
 # (lean_crossover.py, compiled, a loaded machine: 3-7 us per round against 14-44 us for NumPy, 1 to
 # 64 crossings), so every crossing count takes it.
 _LEAN_LOOP_MAX_PYTHON = 12
@@ -212,7 +210,7 @@ class PagedState:
     num_live = cython.declare(cython.longlong, visibility="public")
     # Views of the allocator's arrays, set by `set_views` from its `_views` and `_flag_views`, valid
     # while those are (PagedAllocator._make_views): lengths, quiet limits, lean caps, block counts,
-    # table slots, final lengths, final_block_from, final tails, live (uint8), prefix hits.
+    # table slots, final lengths, final_block_from, final tails, live (uint8), prefix hits, block table.
     lengths = cython.declare(cython.longlong[:])
     quiet = cython.declare(cython.longlong[:])
     caps = cython.declare(cython.longlong[:])
@@ -223,6 +221,13 @@ class PagedState:
     tail = cython.declare(cython.longlong[:])
     live = cython.declare(cython.uchar[:])
     prefix_hit = cython.declare(cython.longlong[:])
+    table = cython.declare(cython.int[:, :])  # the block table
+    # Views of the block pool's arrays (BlockPool._views: never replaced): its free queue's entries and
+    # in-queue flags (uint8), the refcounts and has_key (uint8), for the lean append's in-place pop.
+    entries = cython.declare(cython.longlong[:])
+    in_queue = cython.declare(cython.uchar[:])
+    refcount = cython.declare(cython.int[:])
+    has_key = cython.declare(cython.uchar[:])
 
     def __init__(self) -> None:
         self.stored_tokens = 0
@@ -235,30 +240,24 @@ class PagedState:
         owner sets its views from its own arrays (its `_views` are None after `__getstate__`)."""
         return (_restored_state, (self.stored_tokens, self.held_slots, self.never_tokens, self.num_live))
 
-    def set_views(
-        self,
-        lengths: object,
-        quiet: object,
-        caps: object,
-        num_blocks: object,
-        slots: object,
-        final: object,
-        block_from: object,
-        tail: object,
-        live: object,
-        prefix_hit: object,
-    ) -> None:
-        """Take the allocator's fresh typed views (`_make_views`)."""
-        self.lengths = lengths
-        self.quiet = quiet
-        self.caps = caps
-        self.num_blocks = num_blocks
-        self.slots = slots
-        self.final = final
-        self.block_from = block_from
-        self.tail = tail
-        self.live = live
-        self.prefix_hit = prefix_hit
+    def set_views(self, views: tuple, flag_views: tuple, pool_views: tuple) -> None:
+        """Take the allocator's fresh typed views (`PagedAllocator._make_views`: its `_views` and
+        `_flag_views`) and its pool's (`BlockPool._views`)."""
+        self.lengths = views[0]
+        self.quiet = views[1]
+        self.caps = views[2]
+        self.num_blocks = views[3]
+        self.slots = views[4]
+        self.final = views[5]
+        self.block_from = views[6]
+        self.tail = views[7]
+        self.table = views[8]
+        self.live = flag_views[0]
+        self.prefix_hit = flag_views[1]
+        self.entries = pool_views[0]
+        self.in_queue = pool_views[1]
+        self.refcount = pool_views[2]
+        self.has_key = pool_views[3]
 
     @cython.ccall
     @cython.locals(
@@ -330,6 +329,68 @@ class PagedState:
         self.held_slots -= held
         self.never_tokens -= never if never > 0 else 0
         self.num_live -= 1
+
+    @cython.ccall
+    @cython.locals(
+        seq_ids=list,
+        index=cython.Py_ssize_t,
+        seq_id=cython.Py_ssize_t,
+        columns=cython.longlong,
+    )
+    def lean_columns(self, seq_ids: list[int]) -> int:
+        """Block-table columns that one more block each needs (max blocks held + 1), or -1 when a
+        sequence (already grown) is past its lean cap (`PagedAllocator._append_lean_few`'s test)."""
+        columns = 0
+        for index in range(len(seq_ids)):
+            seq_id = seq_ids[index]
+            if self.lengths[seq_id] > self.caps[seq_id]:
+                return -1
+            if self.num_blocks[seq_id] + 1 > columns:
+                columns = self.num_blocks[seq_id] + 1
+        if not cython.compiled:  # a Python int, as from C (the arrays' items are NumPy scalars)
+            return int(columns)
+        return columns
+
+    @cython.ccall
+    @cython.locals(
+        seq_ids=list,
+        block_size=cython.longlong,
+        head=cython.Py_ssize_t,
+        evicted=list,
+        index=cython.Py_ssize_t,
+        seq_id=cython.Py_ssize_t,
+        block=cython.Py_ssize_t,
+        have=cython.longlong,
+        held=cython.longlong,
+        cap=cython.longlong,
+        never=cython.longlong,
+    )
+    def lean_append_popped(self, seq_ids: list[int], block_size: int, head: int, evicted: list[int]) -> int:
+        """The pool's pop of len(seq_ids) blocks from entries[head:] (in_queue cleared, refcount 1, a
+        cached block's has_key cleared and the block appended to `evicted`, in order) and the lean
+        append of them, block i to seq_ids[i] (table, block count, quiet limit), in one pass; returns the
+        never-filled slots added (`PagedAllocator._append_lean_few` when the queue's head is clean).
+        `seq_kernels.pop_blocks` then `lean_append`, fused."""
+        never = 0
+        for index in range(len(seq_ids)):
+            block = self.entries[head + index]
+            self.in_queue[block] = 0
+            self.refcount[block] = 1
+            if self.has_key[block]:
+                self.has_key[block] = 0
+                evicted.append(int(block))
+            seq_id = seq_ids[index]
+            have = self.num_blocks[seq_id]
+            self.table[self.slots[seq_id], have] = block
+            self.num_blocks[seq_id] = have + 1
+            held = (have + 1) * block_size
+            if held > self.final[seq_id]:
+                never += held - self.final[seq_id]
+            cap = self.caps[seq_id]
+            self.quiet[seq_id] = held if held < cap else cap
+        if not cython.compiled:  # a Python int, as from C: it goes into the running totals
+            return int(never)
+        return never
 
 
 def _restored_state(stored_tokens: int, held_slots: int, never_tokens: int, num_live: int) -> PagedState:
@@ -471,7 +532,7 @@ class PagedAllocator(AllocatorBase):
             )
         )
         self._flag_views = (flag_view(self.live), typed_view(self.prefix_hit))
-        self._state.set_views(*self._views[:8], *self._flag_views)
+        self._state.set_views(self._views, self._flag_views, self.pool._views or self.pool._make_views())
         return self._views
 
     def __getstate__(self) -> dict:
@@ -1006,26 +1067,23 @@ class PagedAllocator(AllocatorBase):
         queue = pool.queue
         if count > queue.num_free:
             return False
-        lengths, quiet, caps, num_blocks, slots, final, _, _, table = self._views or self._make_views()
-        columns = lean_columns(lengths, caps, num_blocks, seq_ids)
+        views = self._views or self._make_views()  # the state's views are fresh from here on
+        columns = state.lean_columns(seq_ids)
         if columns < 0:  # someone (already grown) is past its lean cap
             return False
-        if columns > self._tables.shape[1]:
+        if columns > state.table.shape[1]:
             self._ensure_columns(columns)
-            table = self._make_views()[8]
+            views = self._make_views()
         if queue._num_stale and not queue.head_is_clean(count):  # stale head entries: the general pop
             blocks = pool.allocate_few(count)
+            _, quiet, caps, num_blocks, slots, final, _, _, table = views
             never = lean_append(
                 table, num_blocks, slots, final, quiet, caps, seq_ids, blocks, self.block_size
             )
         else:  # the head entries are the blocks: take them in place
             head = queue._head
-            entries, in_queue, refcount, has_key = pool._views or pool._make_views()
             evicted: list[int] = []
-            never = lean_append_popped(
-                table, num_blocks, slots, final, quiet, caps, seq_ids, self.block_size,
-                entries, in_queue, refcount, has_key, head, evicted,
-            )  # fmt: skip
+            never = state.lean_append_popped(seq_ids, self.block_size, head, evicted)
             queue._head = head + count
             queue.num_free -= count
             if evicted:

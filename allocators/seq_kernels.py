@@ -271,35 +271,6 @@ def final_block_terms(
 
 
 @cython.locals(
-    lengths=cython.const_longlong[:],
-    caps=cython.const_longlong[:],
-    num_blocks=cython.const_longlong[:],
-    seq_ids=list,
-    index=cython.Py_ssize_t,
-    seq_id=cython.longlong,
-    columns=cython.longlong,
-)
-def lean_columns(lengths: np.ndarray, caps: np.ndarray, num_blocks: np.ndarray, seq_ids: list[int]) -> int:
-    """Block-table columns that one more block each needs (max blocks held + 1), or -1 when a sequence
-    (already grown) is past its lean cap (`PagedAllocator._append_lean_few`'s test)."""
-    if not cython.compiled:  # as Python: `.item()` gives Python ints, cheaper than NumPy scalars
-        columns = 0
-        for seq_id in seq_ids:
-            if lengths.item(seq_id) > caps.item(seq_id):
-                return -1
-            columns = max(columns, num_blocks.item(seq_id) + 1)
-        return columns
-    columns = 0
-    for index in range(len(seq_ids)):
-        seq_id = seq_ids[index]
-        if lengths[seq_id] > caps[seq_id]:
-            return -1
-        if num_blocks[seq_id] + 1 > columns:
-            columns = num_blocks[seq_id] + 1
-    return columns
-
-
-@cython.locals(
     tables=cython.int[:, :],
     num_blocks=cython.longlong[:],
     slots=cython.const_longlong[:],
@@ -348,70 +319,6 @@ def lean_append(
         seq_id = seq_ids[index]
         have = num_blocks[seq_id]
         tables[slots[seq_id], have] = blocks[index]
-        num_blocks[seq_id] = have + 1
-        held = (have + 1) * block_size
-        if held > final[seq_id]:
-            never += held - final[seq_id]
-        cap = caps[seq_id]
-        quiet[seq_id] = held if held < cap else cap
-    return never
-
-
-@cython.locals(
-    tables=cython.int[:, :],
-    num_blocks=cython.longlong[:],
-    slots=cython.const_longlong[:],
-    final=cython.const_longlong[:],
-    quiet=cython.longlong[:],
-    caps=cython.const_longlong[:],
-    seq_ids=list,
-    block_size=cython.longlong,
-    entries=cython.const_longlong[:],
-    in_queue=cython.uchar[:],
-    refcount=cython.int[:],
-    has_key=cython.uchar[:],
-    head=cython.Py_ssize_t,
-    evicted=list,
-    index=cython.Py_ssize_t,
-    seq_id=cython.longlong,
-    block=cython.longlong,
-    have=cython.longlong,
-    held=cython.longlong,
-    cap=cython.longlong,
-    never=cython.longlong,
-)
-def lean_append_popped(
-    tables: np.ndarray,
-    num_blocks: np.ndarray,
-    slots: np.ndarray,
-    final: np.ndarray,
-    quiet: np.ndarray,
-    caps: np.ndarray,
-    seq_ids: list[int],
-    block_size: int,
-    entries: np.ndarray,
-    in_queue: np.ndarray,
-    refcount: np.ndarray,
-    has_key: np.ndarray,
-    head: int,
-    evicted: list[int],
-) -> int:
-    """`pop_blocks` of len(seq_ids) blocks from entries[head:] and `lean_append` of them, in one pass:
-    block i goes to seq_ids[i] (`PagedAllocator._append_lean_few` when the queue's head is clean)."""
-    if not cython.compiled:
-        blocks = pop_blocks(entries, in_queue, refcount, has_key, head, len(seq_ids), evicted)
-        return lean_append(tables, num_blocks, slots, final, quiet, caps, seq_ids, blocks, block_size)
-    never = 0
-    for index in range(len(seq_ids)):
-        block = entries[head + index]
-        in_queue[block] = 0
-        refcount[block] = 1
-        if has_key[block]:
-            has_key[block] = 0
-            evicted.append(block)
-        seq_id = seq_ids[index]
-        have = num_blocks[seq_id]
-        tables[slots[seq_id], have] = block
         num_blocks[seq_id] = have + 1
         held = (have + 1) * block_size
         if held > final[seq_id]:

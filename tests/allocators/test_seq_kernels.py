@@ -9,7 +9,6 @@ the loops themselves as Python.
 
 from __future__ import annotations
 
-import copy
 import importlib.util
 import sys
 from pathlib import Path
@@ -168,9 +167,6 @@ def test_lean_append_and_release_loops(kernels: ModuleType, batch: dict) -> None
     seq_list = [int(x) for x in ids]
     num_blocks = batch["num_blocks"]
     caps = batch["final"].copy()
-    columns = kernels.lean_columns(batch["lengths"], caps, num_blocks, seq_list)
-    over = (batch["lengths"][ids] > caps[ids]).any()
-    assert int(columns) == (-1 if over else int(num_blocks[ids].max()) + 1)
 
     width = int(num_blocks.max()) + 1
     tables = np.arange(ids.size * 0 + num_blocks.size * width, dtype=np.int32).reshape(num_blocks.size, width)
@@ -323,56 +319,3 @@ def test_block_pool_pop_and_push_loops(
     assert (tables == -1).all()
     assert np.array_equal(held_refcount, exp_refcount)
     assert np.flatnonzero(queue_flags).tolist() == sorted(exp_freed.tolist())
-
-
-@KERNELS
-@settings(max_examples=100, deadline=None)
-@given(batch=batches(), seed=st.integers(0, 2**32 - 1))
-def test_lean_append_popped_is_pop_then_append(kernels: ModuleType, batch: dict, seed: int) -> None:
-    """The fused pop-and-append equals `pop_blocks` then `lean_append` of the popped blocks."""
-    rng = np.random.default_rng(seed)
-    bs, ids = batch["bs"], batch["ids"]
-    seq_list = [int(x) for x in ids]
-    rows = batch["num_blocks"].size
-    width = int(batch["num_blocks"].max()) + 1
-    num_pool = 3 * len(seq_list) + 5
-    head = int(rng.integers(0, len(seq_list) + 5))
-    entries = np.zeros(head + len(seq_list) + 1, dtype=np.int64)
-    entries[head : head + len(seq_list)] = rng.permutation(num_pool)[: len(seq_list)]
-    state = {
-        "tables": np.full((rows, width), -1, dtype=np.int32),
-        "num_blocks": batch["num_blocks"].copy(),
-        "quiet": np.zeros(rows, dtype=np.int64),
-        "in_queue": rng.integers(0, 2, num_pool).astype(bool),
-        "refcount": rng.integers(0, 3, num_pool).astype(np.int32),
-        "has_key": rng.integers(0, 2, num_pool).astype(bool),
-    }
-    slots = np.arange(rows, dtype=np.int64)[::-1].copy()
-    caps = batch["final"].copy()
-    fused, split = copy.deepcopy(state), copy.deepcopy(state)
-    evicted_fused: list[int] = []
-    never = kernels.lean_append_popped(
-        fused["tables"], fused["num_blocks"], slots, batch["final"], fused["quiet"], caps, seq_list, bs,
-        entries, kernels.flag_view(fused["in_queue"]), fused["refcount"], kernels.flag_view(fused["has_key"]),
-        head, evicted_fused,
-    )  # fmt: skip
-    evicted_split: list[int] = []
-    blocks = kernels.pop_blocks(
-        entries, kernels.flag_view(split["in_queue"]), split["refcount"], kernels.flag_view(split["has_key"]),
-        head, len(seq_list), evicted_split,
-    )  # fmt: skip
-    expected_never = kernels.lean_append(
-        split["tables"],
-        split["num_blocks"],
-        slots,
-        batch["final"],
-        split["quiet"],
-        caps,
-        seq_list,
-        blocks,
-        bs,
-    )
-    assert int(never) == int(expected_never)
-    assert [int(b) for b in evicted_fused] == [int(b) for b in evicted_split]
-    for name in state:
-        assert np.array_equal(fused[name], split[name]), name
