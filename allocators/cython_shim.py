@@ -4,7 +4,7 @@ Why: the compiled core's typed kernels (allocators/seq_kernels.py) declare C typ
 pure-Python mode (`@cython.locals(i=cython.Py_ssize_t, lengths=cython.longlong[:])`), which only
 Cython reads. Where Cython is installed, `import cython` gives its own shadow module; without it this
 one gives the same names, as no-ops, so the kernels run as the plain Python they are. Only what the
-kernels use is here (a test checks the kernels import with it).
+kernels and the allocators' typed classes use is here (a test checks the kernels import with it).
 """
 
 from __future__ import annotations
@@ -45,6 +45,21 @@ def locals(**_types: _CType) -> Callable[[Callable[..., Any]], Callable[..., Any
 
 def cfunc(function: Callable[..., Any]) -> Callable[..., Any]:
     """`@cython.cfunc` (a C function, called from the kernels only): the function unchanged."""
+    return function
+
+
+def cclass(cls: type) -> type:
+    """`@cython.cclass` (an extension type, fields declared with `declare`): the class unchanged."""
+    return cls
+
+
+def declare(_type: _CType | None = None, value: Any = None, **_kwargs: Any) -> Any:
+    """`cython.declare(...)`: `value` (None when not given): a field's default, which `__init__` sets."""
+    return value
+
+
+def ccall(function: Callable[..., Any]) -> Callable[..., Any]:
+    """`@cython.ccall` (a method callable from C and from Python): the function unchanged."""
     return function
 
 

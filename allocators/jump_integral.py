@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from allocators.base import BREAKDOWN_PARTS, MemoryBreakdown
-from allocators.seq_kernels import float_view, jump_terms, typed_view
+from allocators.seq_kernels import LOOPS_COMPILED, float_view, jump_terms, typed_view
 
 if TYPE_CHECKING:
     from allocators.paged import PagedAllocator
@@ -40,9 +40,11 @@ INTEGRATED_PARTS: tuple[str, ...] = (*BREAKDOWN_PARTS, "cached")
 _FLOAT_ARANGE = np.arange(1024, dtype=np.float64)
 _FLOAT_ARANGE.flags.writeable = False
 # The typed loop's scratch (seq_kernels.jump_terms, filled and read within one call, so one serves
-# every jump): [block size, per-room int64 of that many entries, float64 entries, float64 scratch],
-# as kept typed views (seq_kernels.typed_view, float_view); read inline on every jump.
-_SCRATCH: list = [0, None, 0, None]
+# every jump): [block size, per-room int64 of that many entries, float64 entries, float64 scratch,
+# the blocks appended per iteration (float64, as many entries) and its view], the scratch as kept
+# typed views (seq_kernels.typed_view, float_view); read inline on every jump. The appended array is
+# kept too: a fresh `np.empty` per jump, and the loop's acquiring its buffer, cost ~1,500 instructions.
+_SCRATCH: list = [0, None, 0, None, None, None]
 
 
 def _float_arange(count: int) -> np.ndarray:
@@ -66,6 +68,8 @@ def _renew_scratch(block_size: int, float_entries: int) -> None:
     if _SCRATCH[2] < float_entries:
         size = max(float_entries, 2 * _SCRATCH[2], 256)
         _SCRATCH[2], _SCRATCH[3] = size, float_view(np.zeros(size))
+        _SCRATCH[4] = np.zeros(size)
+        _SCRATCH[5] = float_view(_SCRATCH[4])
 
 
 def _stepped_integral(
@@ -136,11 +140,13 @@ def paged_breakdown_integral(
     # cumulated, in float64 (block counts, exact below 2**53) so the dot with the durations needs no
     # cast. internal: the tail of the block holding the final token (final_tail_tokens, (-final) % bs),
     # from the first iteration holding that block (min_start: steps when nobody holds or reaches it).
-    appended = np.empty(steps)
     lengths, _, _, num_blocks, _, final, block_from, tail, _ = alloc._views or alloc._make_views()
     scratch = _SCRATCH
     if scratch[0] != bs or scratch[2] < steps + 1 + growing:  # inline: this runs on every jump
         _renew_scratch(bs, steps + 1 + growing)
+    # the first `steps` entries of the kept array; the compiled loop writes them through the kept view,
+    # the Python one (NumPy's accumulate, by shape) into this slice
+    appended = scratch[4][:steps]
     min_remaining, min_start, products_s, never_tokens = jump_terms(
         lengths,
         final,
@@ -152,7 +158,7 @@ def paged_breakdown_integral(
         steps,
         durations,
         scratch[1],
-        appended,
+        scratch[5] if LOOPS_COMPILED else appended,
         scratch[3],
     )
     if min_remaining < steps - 1:  # someone passes its final length
@@ -166,8 +172,9 @@ def paged_breakdown_integral(
     if min_start < steps:
         # internal now: sum of max(0, held - final) (no one is past its final length); over every live
         # sequence without forks that is the allocator's running total, the same integer
-        if not alloc._num_cow_flagged and growing == alloc._num_live:
-            internal_now_sum = alloc._never_tokens
+        state = alloc._state
+        if not alloc._num_cow_flagged and growing == state.num_live:
+            internal_now_sum = state.never_tokens
         else:
             internal_now_sum = never_tokens
         internal_delta = float(products_s - internal_now_sum * total_s)

@@ -28,6 +28,11 @@ from collections.abc import Hashable, Sequence
 
 import numpy as np
 
+try:
+    import cython
+except ImportError:  # Cython is a build requirement, not a runtime one
+    from allocators import cython_shim as cython
+
 from allocators.base import AllocatorBase, Layout, MemoryBreakdown, SeqSpec
 from allocators.block_pool import BlockPool
 from allocators.cpu_tier import CpuTier
@@ -38,13 +43,9 @@ from allocators.prefix_keys import block_pieces, extended_block_keys, sequence_b
 from allocators.seq_arrays import ceil_div, check_live_seq, check_new_seq, ensure_rows, grown
 from allocators.seq_kernels import (
     LOOPS_COMPILED,
-    admit_seq,
-    clear_seq,
     flag_view,
     grow_quiet,
     lean_append,
-    lean_append_popped,
-    lean_columns,
     longest_length,
     typed_view,
 )
@@ -53,7 +54,7 @@ _EMPTY_IDS = np.zeros(0, dtype=np.int64)
 # Up to this many sequences crossing a block boundary in one grow are served by a scalar loop
 # (`_append_lean_few`); as Python, measured faster than the vectorised path below about 13 of them
 # (`benchmarks/lean_crossover.py`: ~0.6 us per sequence + ~3 us against ~11 us for NumPy). Compiled,
-# its loops (seq_kernels: lean_columns, lean_append_popped) are C and win at any count
+# its loops (PagedState.lean_columns, lean_append_popped) are C and win at any count
 # (lean_crossover.py, compiled, a loaded machine: 3-7 us per round against 14-44 us for NumPy, 1 to
 # 64 crossings), so every crossing count takes it.
 _LEAN_LOOP_MAX_PYTHON = 12
@@ -71,6 +72,7 @@ _SCALAR_HITS_MAX = 48
 _new_tuple = tuple.__new__
 
 
+@cython.ccall  # a C call from admission and demand_tokens here; hybrid_caching calls it from Python
 def _has_named_content(seq: SeqSpec) -> bool:
     """Whether any prompt token is named (hash blocks or a shared prefix), as prefix_keys decides.
 
@@ -185,6 +187,222 @@ def _block_pieces_of_content(
     return block_pieces(seq, block_size, skip_whole_blocks=skip_whole_blocks)
 
 
+@cython.cclass
+class PagedState:
+    """The paged allocator's running totals over its live sequences and typed views of its
+    per-sequence arrays, with one sequence's stores at admission and release.
+
+    Why an object of its own: compiled, this is an extension type whose fields are C integers and
+    typed memoryviews, so the allocator's per-request and per-turn methods (admission, release, growth,
+    `breakdown`), which declare their local `state` of this type, read and update them as C fields
+    and call `admit_row` and `clear_row` as C functions; an attribute of the allocator itself is a
+    dict lookup and a Python int each time, and a typed loop in seq_kernels acquires each view it is
+    passed (the allocator cannot be an extension type: its base, AllocatorBase, is a Python class).
+    As Python it is a plain object, the views the arrays themselves (seq_kernels.typed_view).
+    """
+
+    stored_tokens = cython.declare(cython.longlong, visibility="public")  # sum of lengths
+    # sum of blocks x block_size, per holder (a shared block counts per holder)
+    held_slots = cython.declare(cython.longlong, visibility="public")
+    # sum of slots past the final token in held blocks (internal waste)
+    never_tokens = cython.declare(cython.longlong, visibility="public")
+    # live sequences (live.sum()): the jump integral asks whether its ids are all of them
+    num_live = cython.declare(cython.longlong, visibility="public")
+    # Views of the allocator's arrays, set by `set_views` from its `_views` and `_flag_views`, valid
+    # while those are (PagedAllocator._make_views): lengths, quiet limits, lean caps, block counts,
+    # table slots, final lengths, final_block_from, final tails, live (uint8), prefix hits, block table.
+    lengths = cython.declare(cython.longlong[:])
+    quiet = cython.declare(cython.longlong[:])
+    caps = cython.declare(cython.longlong[:])
+    num_blocks = cython.declare(cython.longlong[:])
+    slots = cython.declare(cython.longlong[:])
+    final = cython.declare(cython.longlong[:])
+    block_from = cython.declare(cython.longlong[:])
+    tail = cython.declare(cython.longlong[:])
+    live = cython.declare(cython.uchar[:])
+    prefix_hit = cython.declare(cython.longlong[:])
+    table = cython.declare(cython.int[:, :])  # the block table
+    # Views of the block pool's arrays (BlockPool._views: never replaced): its free queue's entries and
+    # in-queue flags (uint8), the refcounts and has_key (uint8), for the lean append's in-place pop.
+    entries = cython.declare(cython.longlong[:])
+    in_queue = cython.declare(cython.uchar[:])
+    refcount = cython.declare(cython.int[:])
+    has_key = cython.declare(cython.uchar[:])
+
+    def __init__(self) -> None:
+        self.stored_tokens = 0
+        self.held_slots = 0
+        self.never_tokens = 0
+        self.num_live = 0
+
+    def __reduce__(self) -> tuple:
+        """Pickle and deepcopy (the jump integral's stepped reference): the totals only; the copy's
+        owner sets its views from its own arrays (its `_views` are None after `__getstate__`)."""
+        return (_restored_state, (self.stored_tokens, self.held_slots, self.never_tokens, self.num_live))
+
+    def set_views(self, views: tuple, flag_views: tuple, pool_views: tuple) -> None:
+        """Take the allocator's fresh typed views (`PagedAllocator._make_views`: its `_views` and
+        `_flag_views`) and its pool's (`BlockPool._views`)."""
+        self.lengths = views[0]
+        self.quiet = views[1]
+        self.caps = views[2]
+        self.num_blocks = views[3]
+        self.slots = views[4]
+        self.final = views[5]
+        self.block_from = views[6]
+        self.tail = views[7]
+        self.table = views[8]
+        self.live = flag_views[0]
+        self.prefix_hit = flag_views[1]
+        self.entries = pool_views[0]
+        self.in_queue = pool_views[1]
+        self.refcount = pool_views[2]
+        self.has_key = pool_views[3]
+
+    @cython.ccall
+    @cython.locals(
+        seq_id=cython.Py_ssize_t,
+        length=cython.longlong,
+        blocks=cython.longlong,
+        final_length=cython.longlong,
+        quiet_limit=cython.longlong,
+        cap=cython.longlong,
+        block_size=cython.longlong,
+        tail_slots=cython.longlong,
+        held=cython.longlong,
+        never=cython.longlong,
+    )
+    def admit_row(
+        self,
+        seq_id: int,
+        length: int,
+        blocks: int,
+        final_length: int,
+        quiet_limit: int,
+        cap: int,
+        block_size: int,
+    ) -> None:
+        """A new sequence's row (`PagedAllocator._admit_plain`'s stores): live, its length and block
+        count, final length with its tail and block_from (as `_set_final`), no prefix hit, quiet limit
+        and lean cap; and its share of the running totals (`_count_in(seq_id, 1)`)."""
+        tail_slots = -final_length % block_size  # Python's floor modulo on both paths (cdivision is off)
+        self.live[seq_id] = 1
+        self.lengths[seq_id] = length
+        self.num_blocks[seq_id] = blocks
+        self.final[seq_id] = final_length
+        self.tail[seq_id] = tail_slots
+        self.block_from[seq_id] = final_length + tail_slots - block_size + 1
+        self.prefix_hit[seq_id] = 0
+        self.quiet[seq_id] = quiet_limit
+        self.caps[seq_id] = cap
+        held = blocks * block_size
+        never = held - (final_length if final_length > length else length)
+        self.stored_tokens += length
+        self.held_slots += held
+        self.never_tokens += never if never > 0 else 0
+        self.num_live += 1
+
+    @cython.ccall
+    @cython.locals(
+        seq_id=cython.Py_ssize_t,
+        block_size=cython.longlong,
+        length=cython.longlong,
+        held=cython.longlong,
+        final_length=cython.longlong,
+        never=cython.longlong,
+    )
+    def clear_row(self, seq_id: int, block_size: int) -> None:
+        """A released sequence's row back to "no sequence" (not live, length and blocks 0, no table
+        slot, quiet limit 0 (a dead id is never quiet: growing it takes the general path), lean cap
+        -1), and its share of the running totals taken out (`_count_in(seq_id, -1)`)."""
+        length = self.lengths[seq_id]
+        held = self.num_blocks[seq_id] * block_size
+        final_length = self.final[seq_id]
+        never = held - (final_length if final_length > length else length)
+        self.live[seq_id] = 0
+        self.lengths[seq_id] = 0
+        self.num_blocks[seq_id] = 0
+        self.slots[seq_id] = -1
+        self.quiet[seq_id] = 0
+        self.caps[seq_id] = -1
+        self.stored_tokens -= length
+        self.held_slots -= held
+        self.never_tokens -= never if never > 0 else 0
+        self.num_live -= 1
+
+    @cython.ccall
+    @cython.locals(
+        seq_ids=list,
+        index=cython.Py_ssize_t,
+        seq_id=cython.Py_ssize_t,
+        columns=cython.longlong,
+    )
+    def lean_columns(self, seq_ids: list[int]) -> int:
+        """Block-table columns that one more block each needs (max blocks held + 1), or -1 when a
+        sequence (already grown) is past its lean cap (`PagedAllocator._append_lean_few`'s test)."""
+        columns = 0
+        for index in range(len(seq_ids)):
+            seq_id = seq_ids[index]
+            if self.lengths[seq_id] > self.caps[seq_id]:
+                return -1
+            if self.num_blocks[seq_id] + 1 > columns:
+                columns = self.num_blocks[seq_id] + 1
+        if not cython.compiled:  # a Python int, as from C (the arrays' items are NumPy scalars)
+            return int(columns)
+        return columns
+
+    @cython.ccall
+    @cython.locals(
+        seq_ids=list,
+        block_size=cython.longlong,
+        head=cython.Py_ssize_t,
+        evicted=list,
+        index=cython.Py_ssize_t,
+        seq_id=cython.Py_ssize_t,
+        block=cython.Py_ssize_t,
+        have=cython.longlong,
+        held=cython.longlong,
+        cap=cython.longlong,
+        never=cython.longlong,
+    )
+    def lean_append_popped(self, seq_ids: list[int], block_size: int, head: int, evicted: list[int]) -> int:
+        """The pool's pop of len(seq_ids) blocks from entries[head:] (in_queue cleared, refcount 1, a
+        cached block's has_key cleared and the block appended to `evicted`, in order) and the lean
+        append of them, block i to seq_ids[i] (table, block count, quiet limit), in one pass; returns the
+        never-filled slots added (`PagedAllocator._append_lean_few` when the queue's head is clean).
+        `seq_kernels.pop_blocks` then `lean_append`, fused."""
+        never = 0
+        for index in range(len(seq_ids)):
+            block = self.entries[head + index]
+            self.in_queue[block] = 0
+            self.refcount[block] = 1
+            if self.has_key[block]:
+                self.has_key[block] = 0
+                evicted.append(int(block))
+            seq_id = seq_ids[index]
+            have = self.num_blocks[seq_id]
+            self.table[self.slots[seq_id], have] = block
+            self.num_blocks[seq_id] = have + 1
+            held = (have + 1) * block_size
+            if held > self.final[seq_id]:
+                never += held - self.final[seq_id]
+            cap = self.caps[seq_id]
+            self.quiet[seq_id] = held if held < cap else cap
+        if not cython.compiled:  # a Python int, as from C: it goes into the running totals
+            return int(never)
+        return never
+
+
+def _restored_state(stored_tokens: int, held_slots: int, never_tokens: int, num_live: int) -> PagedState:
+    """A PagedState with these totals and no views (`PagedState.__reduce__`)."""
+    state = PagedState()
+    state.stored_tokens = stored_tokens
+    state.held_slots = held_slots
+    state.never_tokens = never_tokens
+    state.num_live = num_live
+    return state
+
+
 class PagedAllocator(AllocatorBase):
     """Block pool + block tables + refcounts + prefix sharing/caching."""
 
@@ -231,7 +449,6 @@ class PagedAllocator(AllocatorBase):
         # their prompt length: the tier stores each chunk's full blocks as it is computed
         self._tier_prefilling: dict[int, int] = {}
         self.live = np.zeros(0, dtype=bool)
-        self._num_live = 0  # live.sum(), kept in step (the jump integral asks whether ids are all live)
         self.lengths_tokens = np.zeros(0, dtype=np.int64)
         self.num_seq_blocks = np.zeros(0, dtype=np.int64)
         self.final_tokens = np.zeros(0, dtype=np.int64)
@@ -250,10 +467,8 @@ class PagedAllocator(AllocatorBase):
         #   (0 for dead ids and -1 caps: any growth takes the general path).
         self.quiet_limit_tokens = np.zeros(0, dtype=np.int64)
         self._lean_cap_tokens = np.zeros(0, dtype=np.int64)
-        # Totals over live sequences, kept in step with every change so `breakdown` need not scan:
-        self._stored_tokens = 0  # sum of lengths
-        self._held_slots = 0  # sum of blocks x block_size, per holder (a shared block counts per holder)
-        self._never_tokens = 0  # sum of slots past the final token in held blocks (internal waste)
+        # Totals over live sequences, kept in step with every change so `breakdown` need not scan
+        self._state = PagedState()
         # Block tables live in rows ("slots") recycled across sequences, so the table is
         # (live sequences x longest table), not (every seq id ever seen x longest table).
         self.table_slot = np.zeros(0, dtype=np.int64)  # seq id -> row of _tables
@@ -317,6 +532,7 @@ class PagedAllocator(AllocatorBase):
             )
         )
         self._flag_views = (flag_view(self.live), typed_view(self.prefix_hit))
+        self._state.set_views(self._views, self._flag_views, self.pool._views or self.pool._make_views())
         return self._views
 
     def __getstate__(self) -> dict:
@@ -356,9 +572,9 @@ class PagedAllocator(AllocatorBase):
         """Add (sign 1) or remove (sign -1) one live sequence's share of the running totals."""
         length = self.lengths_tokens.item(seq_id)
         held = self.num_seq_blocks.item(seq_id) * self.block_size
-        self._stored_tokens += sign * length
-        self._held_slots += sign * held
-        self._never_tokens += sign * max(0, held - max(self.final_tokens.item(seq_id), length))
+        self._state.stored_tokens += sign * length
+        self._state.held_slots += sign * held
+        self._state.never_tokens += sign * max(0, held - max(self.final_tokens.item(seq_id), length))
 
     def _totals_of(self, seq_ids: np.ndarray) -> tuple[int, int, int]:
         """(tokens, held slots, never-filled slots) of these sequences, for updating the totals."""
@@ -459,8 +675,17 @@ class PagedAllocator(AllocatorBase):
             return "demand_exceeds_capacity"
         return ""
 
+    @cython.locals(state=PagedState)
     def admit(self, seq: SeqSpec) -> bool:
-        check_new_seq(self, seq.seq_id)
+        state = self._state
+        if self._views is None:  # the state's views are fresh from here on
+            self._make_views()
+        sid = seq.seq_id
+        # seq_arrays.check_new_seq, on the view (an uncompiled call on every admission)
+        if sid < 0:
+            raise RuntimeError(f"seq id must be >= 0, got {sid}")
+        if sid < state.live.shape[0] and state.live[sid]:
+            raise RuntimeError(f"seq id {sid} is already live in {self.name}")
         if self.max_model_len is not None and seq.prompt_tokens > self.max_model_len:
             return False
         if not _has_named_content(seq):
@@ -499,7 +724,7 @@ class PagedAllocator(AllocatorBase):
             row[: hit_blocks.size] = hit_blocks
         row[hit_blocks.size : prompt_blocks] = new_blocks
         self.live[sid] = True
-        self._num_live += 1
+        self._state.num_live += 1
         self.lengths_tokens[sid] = held_tokens
         self.num_seq_blocks[sid] = prompt_blocks
         self._set_final(sid, seq.final_tokens)
@@ -559,6 +784,7 @@ class PagedAllocator(AllocatorBase):
         hit_tokens = min(hit_blocks, (seq.prompt_tokens - 1) // self.block_size) * self.block_size
         return hit_tokens + min(seq.prompt_tokens - hit_tokens, seq.first_chunk_tokens)
 
+    @cython.locals(state=PagedState)
     def _admit_plain(self, seq: SeqSpec) -> bool:
         """`admit` for a prompt with no named content (most requests), in Python scalars.
 
@@ -566,6 +792,7 @@ class PagedAllocator(AllocatorBase):
         block allocation plus a few scalar stores; this does exactly what the general path does for
         such a prompt (same blocks, totals and limits) without its array and helper calls.
         """
+        state = self._state
         bs = self.block_size
         sid = seq.seq_id
         prompt = (
@@ -586,26 +813,17 @@ class PagedAllocator(AllocatorBase):
         if not pool.allocate_into_row(views[8], slot, prompt_blocks):  # stale queue head: in arrays
             self._tables[slot, :prompt_blocks] = pool.allocate(prompt_blocks)
         final = seq.final_tokens
-        self._num_live += 1
         if self.cpu_tier is not None:  # nothing named, nothing to store: the lookup still counts
             self.cpu_tier.record_admission(seq.prompt_tokens, 0, 0)
-        # _count_in(sid, 1) and _set_limits_of(sid), from the values stored below
+        # _set_limits_of(sid), from the values stored below
         held = prompt_blocks * bs
-        self._stored_tokens += prompt
-        self._held_slots += held
-        self._never_tokens += max(0, held - max(final, prompt))
         cap = final if self.max_model_len is None else min(final, self.max_model_len)
         quiet = min(held, cap)
         if self._num_cow_flagged and self.cow_flag[sid]:
             quiet, cap = prompt, -1
-        lengths, quiet_limits, caps, num_blocks, _, finals, block_from, tails, _ = views
-        live, prefix_hit = self._flag_views
         # live, length, blocks, final length (with `_set_final`'s tail and block_from), no prefix hit,
-        # quiet limit and lean cap: one typed call
-        admit_seq(
-            lengths, quiet_limits, caps, num_blocks, finals, block_from, tails, live, prefix_hit,
-            sid, prompt, prompt_blocks, final, quiet, cap, bs,
-        )  # fmt: skip
+        # quiet limit, lean cap and `_count_in(sid, 1)`: one C call (the views are fresh: made above)
+        state.admit_row(sid, prompt, prompt_blocks, final, quiet, cap, bs)
         return True
 
     # ---- growth ------------------------------------------------------------------------------
@@ -636,6 +854,7 @@ class PagedAllocator(AllocatorBase):
             over = lengths + num_tokens > self.max_model_len
         return lengths, extra, cow, over
 
+    @cython.locals(state=PagedState)
     def grow(self, seq_ids: np.ndarray, num_tokens: int = 1) -> np.ndarray:
         """Grow each sequence by `num_tokens`; blocks go to sequences in the order given.
 
@@ -647,6 +866,7 @@ class PagedAllocator(AllocatorBase):
         pool has them, they get them in one allocation (`_append_lean`); otherwise the general
         rule (`_grow_general`) handles copy-on-write, max_model_len and running out of blocks.
         """
+        state = self._state
         seq_ids = np.asarray(seq_ids, dtype=np.int64)
         if num_tokens <= 0 or seq_ids.size == 0:
             return _EMPTY_IDS
@@ -659,7 +879,7 @@ class PagedAllocator(AllocatorBase):
         # lengths[ids] += num_tokens, and the sequences grown past their quiet limit, in one loop
         views = self._views or self._make_views()
         events = grow_quiet(views[0], views[1], seq_ids, num_tokens)
-        self._stored_tokens += seq_ids.size * num_tokens
+        state.stored_tokens += seq_ids.size * num_tokens
         if not events:
             return _EMPTY_IDS
         if num_tokens <= self.block_size and len(events) <= _LEAN_LOOP_MAX:
@@ -677,7 +897,7 @@ class PagedAllocator(AllocatorBase):
                 return _EMPTY_IDS
         # undo the eventful sequences' growth and redo it under the general rule
         self.lengths_tokens[event_ids] -= num_tokens
-        self._stored_tokens -= event_ids.size * num_tokens
+        state.stored_tokens -= event_ids.size * num_tokens
         return self._grow_general(event_ids, num_tokens)
 
     def _grow_chunk_stored(self, seq_ids: np.ndarray, num_tokens: int) -> np.ndarray:
@@ -715,6 +935,7 @@ class PagedAllocator(AllocatorBase):
         tier.touch(keys)
         self._tier_next_block[seq_id] = len(keys)
 
+    @cython.locals(state=PagedState)
     def _grow_few(self, seq_ids: list[int], num_tokens: int) -> np.ndarray:
         """`grow` for a handful of sequences (`num_tokens` <= block_size), in Python scalars.
 
@@ -723,6 +944,7 @@ class PagedAllocator(AllocatorBase):
         same tiers in the same order: quiet sequences only grow, the rest take the lean append or,
         undone, the general rule.
         """
+        state = self._state
         lengths, quiet = self.lengths_tokens, self.quiet_limit_tokens
         events: list[int] = []
         for seq_id in seq_ids:
@@ -730,14 +952,15 @@ class PagedAllocator(AllocatorBase):
             lengths[seq_id] = grown_length
             if grown_length > quiet.item(seq_id):
                 events.append(seq_id)
-        self._stored_tokens += len(seq_ids) * num_tokens
+        state.stored_tokens += len(seq_ids) * num_tokens
         if not events or self._append_lean_few(events):
             return _EMPTY_IDS
         for seq_id in events:  # undo the eventful sequences' growth and redo it under the general rule
             lengths[seq_id] -= num_tokens
-        self._stored_tokens -= len(events) * num_tokens
+        state.stored_tokens -= len(events) * num_tokens
         return self._grow_general(np.asarray(events, dtype=np.int64), num_tokens)
 
+    @cython.locals(state=PagedState)
     def _grow_single(self, seq_id: int, num_tokens: int) -> np.ndarray:
         """`grow` of one live sequence by more than a block (a prefill chunk), no fork sharing, in scalars.
 
@@ -746,6 +969,7 @@ class PagedAllocator(AllocatorBase):
         sequence without copy-on-write: it fails unchanged past max_model_len or when the pool lacks
         the blocks; otherwise it takes them in one allocation, at the end of its table.
         """
+        state = self._state
         bs = self.block_size
         length = self.lengths_tokens.item(seq_id)
         have = self.num_seq_blocks.item(seq_id)
@@ -763,10 +987,10 @@ class PagedAllocator(AllocatorBase):
             self._tables[self.table_slot.item(seq_id), have : have + extra] = self.pool.allocate(extra)
             have += extra
             self.num_seq_blocks[seq_id] = have
-            self._held_slots += extra * bs
+            state.held_slots += extra * bs
         self.lengths_tokens[seq_id] = grown_length
-        self._stored_tokens += num_tokens
-        self._never_tokens += max(0, have * bs - max(final, grown_length)) - never_before
+        state.stored_tokens += num_tokens
+        state.never_tokens += max(0, have * bs - max(final, grown_length)) - never_before
         self._set_limits_of(seq_id)
         return _EMPTY_IDS
 
@@ -786,9 +1010,9 @@ class PagedAllocator(AllocatorBase):
         have += 1
         self.num_seq_blocks[seq_ids] = have
         held = have * self.block_size
-        self._held_slots += seq_ids.size * self.block_size
+        self._state.held_slots += seq_ids.size * self.block_size
         # below the final length before, so nothing was never-filled; now the final block may be held
-        self._never_tokens += int(np.add.reduce(np.maximum(held - self.final_tokens[seq_ids], 0)))
+        self._state.never_tokens += int(np.add.reduce(np.maximum(held - self.final_tokens[seq_ids], 0)))
         self.quiet_limit_tokens[seq_ids] = np.minimum(held, caps)
         return True
 
@@ -821,12 +1045,13 @@ class PagedAllocator(AllocatorBase):
         self._tables[rows, cols] = new_blocks
         self.num_seq_blocks[seq_ids] = held
         held *= bs
-        self._held_slots += total * bs
+        self._state.held_slots += total * bs
         # below the final length before (grown <= cap), so nothing was never-filled; now it may be
-        self._never_tokens += int(np.add.reduce(np.maximum(held - self.final_tokens[seq_ids], 0)))
+        self._state.never_tokens += int(np.add.reduce(np.maximum(held - self.final_tokens[seq_ids], 0)))
         self.quiet_limit_tokens[seq_ids] = np.minimum(held, caps)
         return True
 
+    @cython.locals(state=PagedState)
     def _append_lean_few(self, seq_ids: list[int]) -> bool:
         """`_append_lean` in one typed pass over the crossing sequences (same blocks, same order).
 
@@ -836,37 +1061,35 @@ class PagedAllocator(AllocatorBase):
         pop is inlined (`BlockPool.allocate_few`'s clean case, in the same loop as the appends):
         this runs on nearly every decode step.
         """
+        state = self._state
         count = len(seq_ids)
         pool = self.pool
         queue = pool.queue
         if count > queue.num_free:
             return False
-        lengths, quiet, caps, num_blocks, slots, final, _, _, table = self._views or self._make_views()
-        columns = lean_columns(lengths, caps, num_blocks, seq_ids)
+        views = self._views or self._make_views()  # the state's views are fresh from here on
+        columns = state.lean_columns(seq_ids)
         if columns < 0:  # someone (already grown) is past its lean cap
             return False
-        if columns > self._tables.shape[1]:
+        if columns > state.table.shape[1]:
             self._ensure_columns(columns)
-            table = self._make_views()[8]
+            views = self._make_views()
         if queue._num_stale and not queue.head_is_clean(count):  # stale head entries: the general pop
             blocks = pool.allocate_few(count)
+            _, quiet, caps, num_blocks, slots, final, _, _, table = views
             never = lean_append(
                 table, num_blocks, slots, final, quiet, caps, seq_ids, blocks, self.block_size
             )
         else:  # the head entries are the blocks: take them in place
             head = queue._head
-            entries, in_queue, refcount, has_key = pool._views or pool._make_views()
             evicted: list[int] = []
-            never = lean_append_popped(
-                table, num_blocks, slots, final, quiet, caps, seq_ids, self.block_size,
-                entries, in_queue, refcount, has_key, head, evicted,
-            )  # fmt: skip
+            never = state.lean_append_popped(seq_ids, self.block_size, head, evicted)
             queue._head = head + count
             queue.num_free -= count
             if evicted:
                 pool._forget_evicted(evicted)
-        self._never_tokens += never
-        self._held_slots += count * self.block_size
+        state.never_tokens += never
+        state.held_slots += count * self.block_size
         return True
 
     def _grow_general(self, seq_ids: np.ndarray, num_tokens: int) -> np.ndarray:
@@ -898,9 +1121,9 @@ class PagedAllocator(AllocatorBase):
             self.cow_flag[cleared] = False
             self._num_cow_flagged -= cleared.size
         after = self._totals_of(seq_ids)
-        self._stored_tokens += after[0] - before[0]
-        self._held_slots += after[1] - before[1]
-        self._never_tokens += after[2] - before[2]
+        self._state.stored_tokens += after[0] - before[0]
+        self._state.held_slots += after[1] - before[1]
+        self._state.never_tokens += after[2] - before[2]
         self._set_limits(seq_ids)
         return _EMPTY_IDS if ok is None else seq_ids[~ok]
 
@@ -1002,17 +1225,20 @@ class PagedAllocator(AllocatorBase):
             self._tier_store_keys(seq_id, keys)
             del self._tier_next_block[seq_id]
 
+    @cython.locals(state=PagedState)
     def release(self, seq_id: int) -> None:
-        check_live_seq(self, seq_id)
-        count = self.num_seq_blocks.item(seq_id)
-        slot = self.table_slot.item(seq_id)
+        state = self._state
+        views = self._views or self._make_views()  # the state's views are fresh from here on
+        if not (0 <= seq_id < state.live.shape[0] and state.live[seq_id]):  # check_live_seq, on the view
+            raise RuntimeError(f"seq id {seq_id} is not live in {self.name}")
+        count = int(state.num_blocks[seq_id])
+        slot = int(state.slots[seq_id])
         if self._tier_prefilling:
             self._tier_prefilling.pop(seq_id, None)
         if self._content_of and seq_id in self._content_of:
             self._name_filled_blocks(seq_id, self._tables[slot, :count].astype(np.int64))
         elif self._tier_next_block:
             self._tier_next_block.pop(seq_id, None)
-        views = self._views or self._make_views()
         # the row's blocks go back to the pool tail first (evicted first), and the row is emptied (-1)
         freed = self.pool.release_row(views[8], slot, count, bool(self._block_content))
         if self._block_content:  # as _drop_content, without the call when nothing is named
@@ -1021,16 +1247,8 @@ class PagedAllocator(AllocatorBase):
         if self._num_cow_flagged and self.cow_flag.item(seq_id):
             self.cow_flag[seq_id] = False
             self._num_cow_flagged -= 1
-        # `_count_in(seq_id, -1)`, and the row back to "no sequence" (a dead id is never quiet:
-        # growing it takes the general path), in one typed call
-        lengths, quiet, caps, num_blocks, slots, final, _, _, _ = views
-        stored, held, never = clear_seq(
-            lengths, quiet, caps, num_blocks, slots, final, self._flag_views[0], seq_id, self.block_size
-        )
-        self._stored_tokens -= stored
-        self._held_slots -= held
-        self._never_tokens -= never
-        self._num_live -= 1
+        # `_count_in(seq_id, -1)`, and the row back to "no sequence", in one C call
+        state.clear_row(seq_id, self.block_size)
 
     def fork(self, parent_id: int, child: SeqSpec) -> bool:
         """Child shares every parent block (refcount+1); copy-on-write happens at the first write."""
@@ -1060,7 +1278,7 @@ class PagedAllocator(AllocatorBase):
         slot = self._take_slot(sid)
         self._tables[slot, :count] = child_blocks
         self.live[sid] = True
-        self._num_live += 1
+        self._state.num_live += 1
         self.lengths_tokens[sid] = length
         self.num_seq_blocks[sid] = count
         self._set_final(sid, child.final_tokens)
@@ -1080,17 +1298,32 @@ class PagedAllocator(AllocatorBase):
     def live_seq_ids(self) -> np.ndarray:
         return np.flatnonzero(self.live)
 
+    # C integers for the counts (capacity and external stay Python objects, as given): the same values,
+    # without a Python int per operation on this per-turn path
+    @cython.locals(
+        state=PagedState,
+        bs=cython.longlong,
+        reservation=cython.longlong,
+        internal=cython.longlong,
+        num_free=cython.longlong,
+        pool_slots=cython.longlong,
+        duplicated=cython.longlong,
+        token_states=cython.longlong,
+        free=cython.longlong,
+        cached=cython.longlong,
+    )
     def breakdown(self, next_demand_tokens: int = 0) -> MemoryBreakdown:
         """Taxonomy; `next_demand_tokens` does not matter: any free block serves any demand.
 
         O(1) from the running totals, except while forks share a partial block (`_scan_held`).
         """
+        state = self._state
         bs = self.block_size
         if self._num_cow_flagged:
             reservation, internal = self._scan_held()
         else:
-            internal = self._never_tokens
-            reservation = self._held_slots - self._stored_tokens - internal
+            internal = state.never_tokens
+            reservation = state.held_slots - state.stored_tokens - internal
         pool = self.pool
         num_free = pool.queue.num_free  # pool.num_free without the property (the engine asks every turn)
         capacity = self.capacity_tokens

@@ -41,7 +41,7 @@ def _state(alloc: PagedAllocator) -> dict[str, object]:
         "num_seq_blocks": alloc.num_seq_blocks.tolist(),
         "lengths": alloc.lengths_tokens.tolist(),
         "quiet": alloc.quiet_limit_tokens.tolist(),
-        "totals": (alloc._stored_tokens, alloc._held_slots, alloc._never_tokens),
+        "totals": (alloc._state.stored_tokens, alloc._state.held_slots, alloc._state.never_tokens),
         "refcount": alloc.pool.refcount.tolist(),
         "free": alloc.pool.queue.peek(alloc.pool.num_free).tolist(),
         "breakdown": alloc.breakdown(),

@@ -9,7 +9,6 @@ the loops themselves as Python.
 
 from __future__ import annotations
 
-import copy
 import importlib.util
 import sys
 from pathlib import Path
@@ -168,9 +167,6 @@ def test_lean_append_and_release_loops(kernels: ModuleType, batch: dict) -> None
     seq_list = [int(x) for x in ids]
     num_blocks = batch["num_blocks"]
     caps = batch["final"].copy()
-    columns = kernels.lean_columns(batch["lengths"], caps, num_blocks, seq_list)
-    over = (batch["lengths"][ids] > caps[ids]).any()
-    assert int(columns) == (-1 if over else int(num_blocks[ids].max()) + 1)
 
     width = int(num_blocks.max()) + 1
     tables = np.arange(ids.size * 0 + num_blocks.size * width, dtype=np.int32).reshape(num_blocks.size, width)
@@ -323,121 +319,3 @@ def test_block_pool_pop_and_push_loops(
     assert (tables == -1).all()
     assert np.array_equal(held_refcount, exp_refcount)
     assert np.flatnonzero(queue_flags).tolist() == sorted(exp_freed.tolist())
-
-
-@KERNELS
-@settings(max_examples=100, deadline=None)
-@given(
-    bs=st.sampled_from([1, 2, 16]),
-    length=st.integers(0, 500),
-    blocks=st.integers(0, 40),
-    final=st.integers(0, 700),
-    cap=st.integers(-1, 700),
-)
-def test_admit_and_clear_seq(
-    kernels: ModuleType, bs: int, length: int, blocks: int, final: int, cap: int
-) -> None:
-    """One sequence's stores at admission and release, as `PagedAllocator` made them before."""
-    rows = 5
-    arrays = {
-        name: np.full(rows, 7, dtype=np.int64)
-        for name in (
-            "lengths",
-            "quiet",
-            "caps",
-            "num_blocks",
-            "final",
-            "block_from",
-            "tail",
-            "prefix_hit",
-            "slots",
-        )
-    }
-    live = np.zeros(rows, dtype=bool)
-    quiet = min(blocks * bs, cap)
-    a = arrays
-    kernels.admit_seq(
-        a["lengths"], a["quiet"], a["caps"], a["num_blocks"], a["final"], a["block_from"], a["tail"],
-        kernels.flag_view(live), a["prefix_hit"], 3, length, blocks, final, quiet, cap, bs,
-    )  # fmt: skip
-    tail = -final % bs
-    expected = {
-        "lengths": length, "quiet": quiet, "caps": cap, "num_blocks": blocks, "final": final,
-        "block_from": final + tail - bs + 1, "tail": tail, "prefix_hit": 0, "slots": 7,
-    }  # fmt: skip
-    for name, value in expected.items():
-        assert a[name].tolist() == [7, 7, 7, value, 7], name
-    assert live.tolist() == [False, False, False, True, False]
-
-    held = blocks * bs
-    totals = kernels.clear_seq(
-        a["lengths"],
-        a["quiet"],
-        a["caps"],
-        a["num_blocks"],
-        a["slots"],
-        a["final"],
-        kernels.flag_view(live),
-        3,
-        bs,
-    )
-    assert totals == (length, held, max(0, held - max(final, length)))
-    if kernels is not LOOPS:  # the running totals stay Python ints
-        assert all(type(x) is int for x in totals)
-    cleared = {"lengths": 0, "quiet": 0, "caps": -1, "num_blocks": 0, "slots": -1, "final": final}
-    for name, value in cleared.items():
-        assert a[name].tolist() == [7, 7, 7, value, 7], name
-    assert not live.any()
-
-
-@KERNELS
-@settings(max_examples=100, deadline=None)
-@given(batch=batches(), seed=st.integers(0, 2**32 - 1))
-def test_lean_append_popped_is_pop_then_append(kernels: ModuleType, batch: dict, seed: int) -> None:
-    """The fused pop-and-append equals `pop_blocks` then `lean_append` of the popped blocks."""
-    rng = np.random.default_rng(seed)
-    bs, ids = batch["bs"], batch["ids"]
-    seq_list = [int(x) for x in ids]
-    rows = batch["num_blocks"].size
-    width = int(batch["num_blocks"].max()) + 1
-    num_pool = 3 * len(seq_list) + 5
-    head = int(rng.integers(0, len(seq_list) + 5))
-    entries = np.zeros(head + len(seq_list) + 1, dtype=np.int64)
-    entries[head : head + len(seq_list)] = rng.permutation(num_pool)[: len(seq_list)]
-    state = {
-        "tables": np.full((rows, width), -1, dtype=np.int32),
-        "num_blocks": batch["num_blocks"].copy(),
-        "quiet": np.zeros(rows, dtype=np.int64),
-        "in_queue": rng.integers(0, 2, num_pool).astype(bool),
-        "refcount": rng.integers(0, 3, num_pool).astype(np.int32),
-        "has_key": rng.integers(0, 2, num_pool).astype(bool),
-    }
-    slots = np.arange(rows, dtype=np.int64)[::-1].copy()
-    caps = batch["final"].copy()
-    fused, split = copy.deepcopy(state), copy.deepcopy(state)
-    evicted_fused: list[int] = []
-    never = kernels.lean_append_popped(
-        fused["tables"], fused["num_blocks"], slots, batch["final"], fused["quiet"], caps, seq_list, bs,
-        entries, kernels.flag_view(fused["in_queue"]), fused["refcount"], kernels.flag_view(fused["has_key"]),
-        head, evicted_fused,
-    )  # fmt: skip
-    evicted_split: list[int] = []
-    blocks = kernels.pop_blocks(
-        entries, kernels.flag_view(split["in_queue"]), split["refcount"], kernels.flag_view(split["has_key"]),
-        head, len(seq_list), evicted_split,
-    )  # fmt: skip
-    expected_never = kernels.lean_append(
-        split["tables"],
-        split["num_blocks"],
-        slots,
-        batch["final"],
-        split["quiet"],
-        caps,
-        seq_list,
-        blocks,
-        bs,
-    )
-    assert int(never) == int(expected_never)
-    assert [int(b) for b in evicted_fused] == [int(b) for b in evicted_split]
-    for name in state:
-        assert np.array_equal(fused[name], split[name]), name
