@@ -4,7 +4,8 @@ Why: the compiled core's typed kernels (allocators/seq_kernels.py) declare C typ
 pure-Python mode (`@cython.locals(i=cython.Py_ssize_t, lengths=cython.longlong[:])`), which only
 Cython reads. Where Cython is installed, `import cython` gives its own shadow module; without it this
 one gives the same names, as no-ops, so the kernels run as the plain Python they are. Only what the
-kernels use is here (a test checks the kernels import with it).
+kernels and the core's extension types (sim/core/scheduler.py: `cclass`, `declare`) use is here (a
+test checks the kernels import with it).
 """
 
 from __future__ import annotations
@@ -51,3 +52,13 @@ def cfunc(function: Callable[..., Any]) -> Callable[..., Any]:
 def returns(_type: _CType) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """`@cython.returns(...)`: the function unchanged."""
     return lambda function: function
+
+
+def cclass(cls: type) -> type:
+    """`@cython.cclass` (an extension type, compiled): the class unchanged."""
+    return cls
+
+
+def declare(_type: object = None, value: object = None, **_visibility: object) -> object:
+    """`cython.declare(type, value, visibility=...)`: `value` (None without one)."""
+    return value

@@ -97,8 +97,13 @@ _SPEC_FIELDS: tuple[str, ...] = (
 if SeqSpec._fields != _SPEC_FIELDS:
     raise AssertionError(f"RequestInfo.spec builds SeqSpec by position: its fields are now {SeqSpec._fields}")
 
-# Decode record: a list for cheap field access. Indices:
-_REQ, _SAMPLE, _EM_OFF, _KV_OFF, _TARGET, _STAMP = range(6)
+# Decode record: a list for cheap field access. Indices (C constants compiled: a list index in C):
+_REQ = cython.declare(cython.Py_ssize_t, 0)
+_SAMPLE = cython.declare(cython.Py_ssize_t, 1)
+_EM_OFF = cython.declare(cython.Py_ssize_t, 2)
+_KV_OFF = cython.declare(cython.Py_ssize_t, 3)
+_TARGET = cython.declare(cython.Py_ssize_t, 4)
+_STAMP = cython.declare(cython.Py_ssize_t, 5)
 
 # `SeqSpec(...)` runs the NamedTuple's generated `__new__`, a Python function of 12 arguments; the tuple
 # constructor it ends in, called directly with the same values in field order, builds the same SeqSpec
@@ -224,6 +229,7 @@ class RequestInfo:
         )
 
 
+@cython.cclass
 class Scheduler:
     """The batch of one run over one allocator, planned step by step by an engine policy.
 
@@ -231,7 +237,49 @@ class Scheduler:
     `admit_waiting`, `pause_decodes`; state they read: `waiting`, `swapped`, `num_decode`,
     `num_seqs`, `preempted`, `chunked`, `max_num_batched_tokens`, `preemption_mode`,
     `unfinished_samples`.
+
+    Why an extension type (`@cython.cclass`, attributes declared below): compiled, every `self.x` of a
+    plain class is a dictionary lookup, and `complete` alone made ~169,000 instructions of them per
+    request on the jump workload; declared, they are fields of a C struct, the counters C integers
+    (docs/compiled_core.md "Extension types"). As Python the declarations are class attributes that
+    `__init__` shadows, and the class is the plain class it was. `public`: policies and tests read
+    and set them by name.
     """
+
+    policy = cython.declare(object, visibility="public")
+    info = cython.declare(object, visibility="public")
+    alloc = cython.declare(object, visibility="public")
+    log = cython.declare(object, visibility="public")
+    max_num_seqs = cython.declare(cython.longlong, visibility="public")
+    max_num_batched_tokens = cython.declare(cython.longlong, visibility="public")
+    max_model_len = cython.declare(cython.longlong, visibility="public")
+    chunked = cython.declare(cython.bint, visibility="public")
+    preemption_mode = cython.declare(object, visibility="public")
+    _can_allocate_per_chunk = cython.declare(cython.bint, visibility="public")
+    swap_space_tokens = cython.declare(object, visibility="public")  # int or None
+    swap_block_tokens = cython.declare(cython.longlong, visibility="public")
+    swap_used_tokens = cython.declare(cython.longlong, visibility="public")
+    swap_fallbacks = cython.declare(cython.longlong, visibility="public")
+    preempted = cython.declare(cython.bint, visibility="public")
+    on_request_done = cython.declare(object, visibility="public")
+    capacity_tokens = cython.declare(cython.longlong, visibility="public")
+    waiting = cython.declare(object, visibility="public")  # deque
+    swapped = cython.declare(object, visibility="public")  # deque
+    prefilling = cython.declare(list, visibility="public")
+    decode = cython.declare(dict, visibility="public")
+    finish_heap = cython.declare(list, visibility="public")
+    kv_off_sum = cython.declare(cython.longlong, visibility="public")
+    num_seqs = cython.declare(cython.longlong, visibility="public")
+    it = cython.declare(cython.longlong, visibility="public")
+    pending_swap_out_tokens = cython.declare(cython.longlong, visibility="public")
+    queue_request_s = cython.declare(cython.double, visibility="public")
+    max_queue_length = cython.declare(cython.longlong, visibility="public")
+    _free_ids = cython.declare(list, visibility="public")
+    _next_id = cython.declare(cython.longlong, visibility="public")
+    _stamp = cython.declare(cython.longlong, visibility="public")
+    _ids_cache = cython.declare(object, visibility="public")
+    # weak references to it (sim/engines/sglang.py keys its per-batch state by the batch, weakly)
+    __weakref__ = cython.declare(object)
 
     def __init__(
         self,
@@ -248,7 +296,7 @@ class Scheduler:
         swap_space_tokens: int | None = None,
         policy: SchedulePolicy | None = None,
     ) -> None:
-        self.policy: SchedulePolicy = ContinuousBatchingPolicy() if policy is None else policy
+        self.policy = ContinuousBatchingPolicy() if policy is None else policy
         if preemption_mode not in self.policy.preemption_modes:
             raise ValueError(
                 f"preemption_mode must be one of {', '.join(self.policy.preemption_modes)} for engine "
@@ -273,11 +321,11 @@ class Scheduler:
         self.on_request_done = on_request_done
         self.capacity_tokens = int(allocator.capacity_tokens)
 
-        self.waiting: deque[WorkItem] = deque()
-        self.swapped: deque[WorkItem] = deque()
-        self.prefilling: list[PrefillGroup] = []
-        self.decode: dict[int, list[int]] = {}
-        self.finish_heap: list[tuple[int, int, int]] = []  # (finish_it, stamp, seq_id)
+        self.waiting = deque()  # of WorkItem
+        self.swapped = deque()  # of WorkItem
+        self.prefilling = []  # of PrefillGroup
+        self.decode = {}  # seq id -> decode record (list[int])
+        self.finish_heap = []  # (finish_it, stamp, seq_id)
         self.kv_off_sum = 0  # sum of kv_off over decode seqs: context tokens = kv_off_sum + n * it
         self.num_seqs = 0  # decode seqs + sequences of prefill groups (what max_num_seqs limits)
         self.it = 0  # completed iterations
@@ -285,10 +333,10 @@ class Scheduler:
         self.queue_request_s = 0.0  # integral of queue length over time (exact, from enqueue times)
         self.max_queue_length = 0
 
-        self._free_ids: list[int] = []
+        self._free_ids = []
         self._next_id = 0
         self._stamp = 0
-        self._ids_cache: np.ndarray | None = None
+        self._ids_cache = None  # np.ndarray of the decode ids, or None
 
     # -- queue -------------------------------------------------------------------------------------------
 
@@ -296,16 +344,20 @@ class Scheduler:
     def queue_length(self) -> int:
         return len(self.waiting) + len(self.swapped)
 
+    @cython.cfunc
     def _note_queue(self) -> None:
         q = len(self.waiting) + len(self.swapped)
         if q > self.max_queue_length:
             self.max_queue_length = q
 
+    @cython.cfunc
+    @cython.locals(now_s=cython.double)
     def _dequeue(self, queue: deque[WorkItem], now_s: float) -> WorkItem:
         item = queue.popleft()
         self.queue_request_s += now_s - item.enqueued_s
         return item
 
+    @cython.locals(req=cython.longlong, now_s=cython.double, prompt=cython.longlong, n=cython.longlong)
     def enqueue(self, req: int, now_s: float) -> None:
         """A request arrives: refuse it now if it can never run (with a reason), else queue it FCFS."""
         info, log = self.info, self.log
@@ -352,6 +404,8 @@ class Scheduler:
 
     # -- ids -----------------------------------------------------------------------------------------------
 
+    @cython.cfunc
+    @cython.returns(cython.longlong)
     def _new_id(self) -> int:
         if self._free_ids:
             return self._free_ids.pop()
@@ -475,6 +529,8 @@ class Scheduler:
                 budget -= chunk
         return budget
 
+    @cython.cfunc
+    @cython.locals(chunk=cython.longlong)
     def _add_chunk(self, plan: StepPlan, group: PrefillGroup, chunk: int) -> None:
         plan.chunks.append((group, chunk))
         plan.prefill_tokens += chunk
@@ -506,6 +562,20 @@ class Scheduler:
             self._start_decode(seq_id, item.req, item.sample, item.emitted, self._stamp)
             plan.swap_tokens += info.prompt_tokens[item.req] + item.emitted - 1
 
+    @cython.cfunc
+    @cython.locals(
+        budget=cython.longlong,
+        now_s=cython.double,
+        per_chunk=cython.bint,
+        req=cython.longlong,
+        num=cython.longlong,
+        prompt=cython.longlong,
+        seq_id=cython.longlong,
+        child=cython.longlong,
+        first_chunk=cython.longlong,
+        hits=cython.longlong,
+        compute=cython.longlong,
+    )
     def _try_admit(self, item: WorkItem, budget: int, now_s: float, per_chunk: bool) -> PrefillGroup | None:
         """Admit `item` if limits and memory allow (all-or-nothing for its samples); None if blocked."""
         info, alloc = self.info, self.alloc
@@ -546,6 +616,8 @@ class Scheduler:
             log.samples_left[req] = num
         return group
 
+    @cython.cfunc
+    @cython.locals(now_s=cython.double)
     def _drop_unfittable(self, item: WorkItem, now_s: float) -> None:
         """The livelock guard at admission: an item that fails on an empty engine will never fit."""
         req = item.req
@@ -561,6 +633,17 @@ class Scheduler:
 
     # -- after the step ------------------------------------------------------------------------------------
 
+    @cython.cfunc
+    @cython.locals(
+        seq_id=cython.longlong,
+        req=cython.longlong,
+        sample=cython.longlong,
+        emitted=cython.longlong,
+        stamp=cython.longlong,
+        it=cython.longlong,
+        kv_off=cython.longlong,
+        target=cython.longlong,
+    )
     def _start_decode(self, seq_id: int, req: int, sample: int, emitted: int, stamp: int) -> None:
         it = self.it
         kv_off = self.info.prompt_tokens[req] + emitted - it
@@ -570,6 +653,8 @@ class Scheduler:
         heapq.heappush(self.finish_heap, (self.info.target_tokens[req] - emitted + it, stamp, seq_id))
         self.num_seqs += 1
 
+    @cython.cfunc
+    @cython.locals(seq_id=cython.longlong)
     def _stop_decode(self, seq_id: int) -> list[int]:
         rec = self.decode.pop(seq_id)
         self.kv_off_sum -= rec[_KV_OFF]
@@ -579,6 +664,8 @@ class Scheduler:
         self._free_ids.append(seq_id)
         return rec
 
+    @cython.cfunc
+    @cython.locals(req=cython.longlong, emitted=cython.longlong, now_s=cython.double)
     def _finish_sample(self, req: int, emitted: int, reason: str, now_s: float) -> None:
         if reason == FINISH_STOP and emitted < self.info.output_tokens[req]:
             reason = FINISH_LENGTH
@@ -593,6 +680,7 @@ class Scheduler:
         if len(failed):
             raise AssertionError(f"grow({num_tokens}) failed after max_uniform_growth allowed it: {failed}")
 
+    @cython.locals(iterations=cython.longlong, now_s=cython.double, it=cython.longlong, decoded=cython.bint)
     def complete(self, iterations: int, plan: StepPlan, now_s: float) -> None:
         """The step (or the last iteration of a jump) ended at `now_s`: emit, finish, grow, preempt.
 
@@ -660,6 +748,16 @@ class Scheduler:
             if len(failed_arr):
                 self._preempt_failed(failed_arr, now_s)
 
+    @cython.cfunc
+    @cython.locals(
+        now_s=cython.double,
+        req=cython.longlong,
+        emitted=cython.longlong,
+        target=cython.longlong,
+        j=cython.Py_ssize_t,
+        seq_id=cython.longlong,
+        sample=cython.longlong,
+    )
     def _complete_prefill(self, group: PrefillGroup, now_s: float, started: list[int] | None = None) -> None:
         """A group's prompt is done: each sample emits its first token; appends to `started` the
         seq ids that go on decoding (in the order they join `decode`)."""
@@ -682,6 +780,7 @@ class Scheduler:
                 if started is not None:
                     started.append(seq_id)
 
+    @cython.cfunc
     def _grow_one(self, now_s: float, seq_ids: np.ndarray | None = None) -> None:
         """The post-step grow: one slot for every decoding sequence (or just `seq_ids`); failures
         preempt newest first."""
@@ -691,6 +790,7 @@ class Scheduler:
         if len(failed_arr):
             self._preempt_failed(failed_arr, now_s)
 
+    @cython.cfunc
     def _preempt_failed(self, failed_arr: np.ndarray, now_s: float) -> None:
         """Sequences in `failed_arr` could not grow: preempt newest first until all of them have."""
         failed = set(int(x) for x in failed_arr)
@@ -724,6 +824,7 @@ class Scheduler:
                 best_stamp, best_group = group.stamp, group
         return best_id, best_group
 
+    @cython.cfunc
     def _preempt_decode(self, seq_id: int, grow_failed: bool, now_s: float) -> None:
         rec = self._stop_decode(seq_id)
         req = rec[_REQ]
@@ -746,6 +847,7 @@ class Scheduler:
         self.waiting.appendleft(WorkItem(req, rec[_SAMPLE], emitted, now_s, True, False))
         self._note_queue()
 
+    @cython.cfunc
     def _grow_chunk(self, group: PrefillGroup, chunk: int, now_s: float) -> bool:
         """Allocate the next chunk of a partly prefilled prompt; preempt newest first when memory is short.
 
@@ -769,6 +871,7 @@ class Scheduler:
                 return False
         return True
 
+    @cython.cfunc
     def _swap_space_allows(self, slots: int) -> bool:
         """--swap-space as a bound (vLLM v0 BlockSpaceManager.can_swap_out: enough free CPU blocks).
 
@@ -777,6 +880,7 @@ class Scheduler:
         """
         return self.swap_space_tokens is None or self.swap_used_tokens + slots <= self.swap_space_tokens
 
+    @cython.cfunc
     def _preempt_group(self, group: PrefillGroup, now_s: float) -> None:
         for seq_id in reversed(group.seq_ids):
             self.alloc.release(seq_id)
