@@ -35,19 +35,22 @@ except ImportError:  # Cython is a build requirement, not a runtime one (docs/co
     from allocators import cython_shim as cython
 
 
+@cython.cclass
 class WorkItem:
-    """A queued unit of work: a fresh request (sample == -1, all n samples) or one resumed sample."""
+    """A queued unit of work: a fresh request (sample == -1, all n samples) or one resumed sample.
 
-    __slots__ = (
-        "req",
-        "sample",
-        "emitted",
-        "enqueued_s",
-        "readmission",
-        "swapped",
-        "demand_tokens",
-        "swap_slots",
-    )
+    An extension type compiled (its fields in a C struct, read by the Scheduler without a lookup; as
+    Python a plain class): see `Scheduler`.
+    """
+
+    req = cython.declare(cython.longlong, visibility="public")
+    sample = cython.declare(cython.longlong, visibility="public")
+    emitted = cython.declare(cython.longlong, visibility="public")
+    enqueued_s = cython.declare(cython.double, visibility="public")
+    readmission = cython.declare(cython.bint, visibility="public")
+    swapped = cython.declare(cython.bint, visibility="public")
+    demand_tokens = cython.declare(cython.longlong, visibility="public")
+    swap_slots = cython.declare(cython.longlong, visibility="public")
 
     def __init__(
         self, req: int, sample: int, emitted: int, enqueued_s: float, readmission: bool, swapped: bool
@@ -62,10 +65,20 @@ class WorkItem:
         self.swap_slots = 0  # CPU swap space it holds while swapped out (token slots, whole blocks)
 
 
+@cython.cclass
 class PrefillGroup:
-    """An admitted item still computing its prompt (parent + forked samples share one prefill)."""
+    """An admitted item still computing its prompt (parent + forked samples share one prefill).
 
-    __slots__ = ("item", "seq_ids", "compute_left", "context_tokens", "stamp", "prompt_tokens", "per_chunk")
+    An extension type compiled, as `WorkItem`.
+    """
+
+    item = cython.declare(WorkItem, visibility="public")
+    seq_ids = cython.declare(list, visibility="public")
+    compute_left = cython.declare(cython.longlong, visibility="public")
+    context_tokens = cython.declare(cython.longlong, visibility="public")
+    stamp = cython.declare(cython.longlong, visibility="public")
+    prompt_tokens = cython.declare(cython.longlong, visibility="public")
+    per_chunk = cython.declare(cython.bint, visibility="public")
 
     def __init__(
         self, item: WorkItem, seq_ids: list[int], compute_left: int, context_tokens: int, stamp: int
@@ -351,7 +364,7 @@ class Scheduler:
             self.max_queue_length = q
 
     @cython.cfunc
-    @cython.locals(now_s=cython.double)
+    @cython.locals(now_s=cython.double, item=WorkItem)
     def _dequeue(self, queue: deque[WorkItem], now_s: float) -> WorkItem:
         item = queue.popleft()
         self.queue_request_s += now_s - item.enqueued_s
@@ -392,6 +405,7 @@ class Scheduler:
         self.waiting.append(WorkItem(req, -1, 0, now_s, False, False))
         self._note_queue()
 
+    @cython.locals(item=WorkItem)
     def next_demand_tokens(self) -> int:
         """Demand of the head of the queue (swapped first, as they are served first); 0 if none waits."""
         queue = self.swapped if self.swapped else self.waiting
@@ -480,6 +494,7 @@ class Scheduler:
         plan.swap_tokens += self.pending_swap_out_tokens
         self.pending_swap_out_tokens = 0
 
+    @cython.locals(group=PrefillGroup)
     def continue_prefills(self, plan: StepPlan, budget: int, now_s: float) -> int:
         """The next chunk of each partly prefilled group, oldest first, within `budget` tokens;
         returns the budget left. A chunk that the allocator cannot hold preempts (`_grow_chunk`)."""
@@ -495,6 +510,7 @@ class Scheduler:
             budget -= chunk
         return budget
 
+    @cython.locals(admitted=PrefillGroup)
     def admit_waiting(
         self,
         plan: StepPlan,
@@ -530,7 +546,7 @@ class Scheduler:
         return budget
 
     @cython.cfunc
-    @cython.locals(chunk=cython.longlong)
+    @cython.locals(chunk=cython.longlong, group=PrefillGroup)
     def _add_chunk(self, plan: StepPlan, group: PrefillGroup, chunk: int) -> None:
         plan.chunks.append((group, chunk))
         plan.prefill_tokens += chunk
@@ -539,6 +555,7 @@ class Scheduler:
         if chunk == group.compute_left:
             plan.first_tokens += len(group.seq_ids)
 
+    @cython.locals(item=WorkItem, dropped=WorkItem)
     def swap_in(self, plan: StepPlan, now_s: float) -> None:
         """Bring swapped-out samples back FCFS while `max_num_seqs` and memory allow."""
         info = self.info
@@ -575,6 +592,8 @@ class Scheduler:
         first_chunk=cython.longlong,
         hits=cython.longlong,
         compute=cython.longlong,
+        item=WorkItem,
+        group=PrefillGroup,
     )
     def _try_admit(self, item: WorkItem, budget: int, now_s: float, per_chunk: bool) -> PrefillGroup | None:
         """Admit `item` if limits and memory allow (all-or-nothing for its samples); None if blocked."""
@@ -617,7 +636,7 @@ class Scheduler:
         return group
 
     @cython.cfunc
-    @cython.locals(now_s=cython.double)
+    @cython.locals(now_s=cython.double, item=WorkItem)
     def _drop_unfittable(self, item: WorkItem, now_s: float) -> None:
         """The livelock guard at admission: an item that fails on an empty engine will never fit."""
         req = item.req
@@ -680,7 +699,13 @@ class Scheduler:
         if len(failed):
             raise AssertionError(f"grow({num_tokens}) failed after max_uniform_growth allowed it: {failed}")
 
-    @cython.locals(iterations=cython.longlong, now_s=cython.double, it=cython.longlong, decoded=cython.bint)
+    @cython.locals(
+        iterations=cython.longlong,
+        now_s=cython.double,
+        it=cython.longlong,
+        decoded=cython.bint,
+        group=PrefillGroup,
+    )
     def complete(self, iterations: int, plan: StepPlan, now_s: float) -> None:
         """The step (or the last iteration of a jump) ended at `now_s`: emit, finish, grow, preempt.
 
@@ -757,6 +782,8 @@ class Scheduler:
         j=cython.Py_ssize_t,
         seq_id=cython.longlong,
         sample=cython.longlong,
+        group=PrefillGroup,
+        item=WorkItem,
     )
     def _complete_prefill(self, group: PrefillGroup, now_s: float, started: list[int] | None = None) -> None:
         """A group's prompt is done: each sample emits its first token; appends to `started` the
@@ -811,6 +838,7 @@ class Scheduler:
                 retry = np.fromiter(sorted(failed), dtype=np.int64, count=len(failed))
                 failed = set(int(x) for x in self.alloc.grow(retry, 1))
 
+    @cython.locals(group=PrefillGroup)
     def newest_unit(self) -> tuple[int, PrefillGroup | None]:
         """The newest running unit: (decode seq id, None), or (-1 or a seq id, the prefill group) when
         a partly prefilled group is newer; vLLM preempts it first (`self.running.pop()`)."""
@@ -825,6 +853,7 @@ class Scheduler:
         return best_id, best_group
 
     @cython.cfunc
+    @cython.locals(item=WorkItem)
     def _preempt_decode(self, seq_id: int, grow_failed: bool, now_s: float) -> None:
         rec = self._stop_decode(seq_id)
         req = rec[_REQ]
@@ -848,6 +877,7 @@ class Scheduler:
         self._note_queue()
 
     @cython.cfunc
+    @cython.locals(group=PrefillGroup)
     def _grow_chunk(self, group: PrefillGroup, chunk: int, now_s: float) -> bool:
         """Allocate the next chunk of a partly prefilled prompt; preempt newest first when memory is short.
 
@@ -881,6 +911,7 @@ class Scheduler:
         return self.swap_space_tokens is None or self.swap_used_tokens + slots <= self.swap_space_tokens
 
     @cython.cfunc
+    @cython.locals(group=PrefillGroup, item=WorkItem)
     def _preempt_group(self, group: PrefillGroup, now_s: float) -> None:
         for seq_id in reversed(group.seq_ids):
             self.alloc.release(seq_id)
