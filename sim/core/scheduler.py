@@ -157,6 +157,7 @@ class _NoHashes:
         return ()
 
 
+@cython.cclass
 class RequestInfo:
     """The request table's columns for scalar reads, plus the engine's effective limits.
 
@@ -164,7 +165,28 @@ class RequestInfo:
     does, but costs 8 bytes a request (1 for the defaults) instead of a list's pointer plus a boxed
     int, and the table's own int64 columns are read in place without a copy (issue 16: 1M requests
     in <= 400 MB; measured with benchmarks/engine.py --num-prompts 1000000).
+
+    An extension type compiled, as `Scheduler`. The four int64 columns the Scheduler reads per
+    request have a typed view each as well (`_prompt`, ...: the same memory, read as C integers
+    compiled; as Python the same memoryviews); the public memoryviews stay what readers get.
     """
+
+    num_requests = cython.declare(cython.longlong, visibility="public")
+    prompt_tokens = cython.declare(object, visibility="public")
+    output_tokens = cython.declare(object, visibility="public")
+    max_tokens_eff = cython.declare(object, visibility="public")
+    target_tokens = cython.declare(object, visibility="public")
+    n = cython.declare(object, visibility="public")
+    prefix_group = cython.declare(object, visibility="public")
+    prefix_tokens = cython.declare(object, visibility="public")
+    block_hashes = cython.declare(object, visibility="public")  # list[tuple[int, ...]] | _NoHashes
+    has_block_hashes = cython.declare(cython.bint, visibility="public")
+    block_hash_tokens = cython.declare(object, visibility="public")
+    content_keys = cython.declare(list, visibility="public")  # tuple | None per request
+    _prompt = cython.declare(cython.const_longlong[:])
+    _output = cython.declare(cython.const_longlong[:])
+    _max_eff = cython.declare(cython.const_longlong[:])
+    _target = cython.declare(cython.const_longlong[:])
 
     def __init__(self, requests: pd.DataFrame, max_model_len: int, content_identity: bool = False) -> None:
         num = len(requests)
@@ -178,6 +200,10 @@ class RequestInfo:
         max_tokens_eff = np.minimum(max_tokens, max_model_len - prompt)
         self.max_tokens_eff = memoryview(max_tokens_eff)
         self.target_tokens = memoryview(np.minimum(output, max_tokens_eff))
+        self._prompt = self.prompt_tokens
+        self._output = self.output_tokens
+        self._max_eff = self.max_tokens_eff
+        self._target = self.target_tokens
         self.n = memoryview(_int64_column(requests, "n") if "n" in requests else np.ones(num, np.int8))
         self.prefix_group = memoryview(
             _int64_column(requests, "prefix_group")
@@ -189,7 +215,6 @@ class RequestInfo:
             if "prefix_tokens" in requests
             else np.zeros(num, np.int8)
         )
-        self.block_hashes: list[tuple[int, ...]] | _NoHashes
         self.has_block_hashes = "block_hashes" in requests  # without: spec() makes no lookup call
         if self.has_block_hashes:
             self.block_hashes = [
@@ -204,7 +229,7 @@ class RequestInfo:
         # request hits its own blocks. A session turn's tokens continue its session's stream (its
         # next turn's prefix is this turn's prompt + output: workloads/sharing.py session_history),
         # named like the stream's prefix group; any other request's tokens are its own.
-        self.content_keys: list[tuple | None] = [None] * num
+        self.content_keys = [None] * num
         if content_identity:
             sessions = (
                 requests["session_id"].to_numpy(np.int64).tolist() if "session_id" in requests else [-1] * num
@@ -214,13 +239,22 @@ class RequestInfo:
                 for req, (session, group) in enumerate(zip(sessions, self.prefix_group, strict=True))
             ]
 
+    @cython.ccall
+    @cython.locals(
+        req=cython.longlong,
+        seq_id=cython.longlong,
+        emitted=cython.longlong,
+        sample=cython.longlong,
+        first_chunk=cython.longlong,
+        prompt=cython.longlong,
+    )
     def spec(self, req: int, seq_id: int, emitted: int, sample: int = 0, first_chunk: int = 0) -> SeqSpec:
         """The allocator's view of sample `sample` of `req` having already generated `emitted` tokens.
 
         A resumed sample (recompute or swap) looks like a new sequence whose prompt includes
         what it generated, with correspondingly fewer tokens to go.
         """
-        prompt = self.prompt_tokens[req]
+        prompt = self._prompt[req]
         # by position, in _SPEC_FIELDS order (checked at import): a quarter of a microsecond less than by
         # keyword, twice per request; through the tuple constructor (`_tuple_new`), not SeqSpec's __new__
         return _tuple_new(
@@ -228,8 +262,8 @@ class RequestInfo:
             (
                 seq_id,
                 prompt + emitted,  # prompt_tokens
-                self.max_tokens_eff[req] - emitted,  # max_tokens
-                self.output_tokens[req] - emitted,  # output_tokens
+                self._max_eff[req] - emitted,  # max_tokens
+                self._output[req] - emitted,  # output_tokens
                 self.prefix_group[req],
                 self.prefix_tokens[req],
                 self.block_hashes[req] if self.has_block_hashes else (),
@@ -260,7 +294,7 @@ class Scheduler:
     """
 
     policy = cython.declare(object, visibility="public")
-    info = cython.declare(object, visibility="public")
+    info = cython.declare(RequestInfo, visibility="public")
     alloc = cython.declare(object, visibility="public")
     log = cython.declare(object, visibility="public")
     max_num_seqs = cython.declare(cython.longlong, visibility="public")
@@ -370,12 +404,14 @@ class Scheduler:
         self.queue_request_s += now_s - item.enqueued_s
         return item
 
-    @cython.locals(req=cython.longlong, now_s=cython.double, prompt=cython.longlong, n=cython.longlong)
+    @cython.locals(
+        req=cython.longlong, now_s=cython.double, prompt=cython.longlong, n=cython.longlong, info=RequestInfo
+    )
     def enqueue(self, req: int, now_s: float) -> None:
         """A request arrives: refuse it now if it can never run (with a reason), else queue it FCFS."""
         info, log = self.info, self.log
         log.arrival_s[req] = now_s
-        prompt = info.prompt_tokens[req]
+        prompt = info._prompt[req]
         n = info.n[req]
         reason = ""
         if prompt >= self.max_model_len:
@@ -555,7 +591,7 @@ class Scheduler:
         if chunk == group.compute_left:
             plan.first_tokens += len(group.seq_ids)
 
-    @cython.locals(item=WorkItem, dropped=WorkItem)
+    @cython.locals(item=WorkItem, dropped=WorkItem, info=RequestInfo)
     def swap_in(self, plan: StepPlan, now_s: float) -> None:
         """Bring swapped-out samples back FCFS while `max_num_seqs` and memory allow."""
         info = self.info
@@ -577,7 +613,7 @@ class Scheduler:
             item.swap_slots = 0
             self._stamp += 1
             self._start_decode(seq_id, item.req, item.sample, item.emitted, self._stamp)
-            plan.swap_tokens += info.prompt_tokens[item.req] + item.emitted - 1
+            plan.swap_tokens += info._prompt[item.req] + item.emitted - 1
 
     @cython.cfunc
     @cython.locals(
@@ -594,6 +630,7 @@ class Scheduler:
         compute=cython.longlong,
         item=WorkItem,
         group=PrefillGroup,
+        info=RequestInfo,
     )
     def _try_admit(self, item: WorkItem, budget: int, now_s: float, per_chunk: bool) -> PrefillGroup | None:
         """Admit `item` if limits and memory allow (all-or-nothing for its samples); None if blocked."""
@@ -602,7 +639,7 @@ class Scheduler:
         num = info.n[req] if item.sample < 0 else 1
         if self.num_seqs + num > self.max_num_seqs:
             return None
-        prompt = info.prompt_tokens[req] + item.emitted
+        prompt = info._prompt[req] + item.emitted
         if budget <= 0 or (not self.chunked and prompt > budget):
             return None
         seq_id = self._new_id()
@@ -665,11 +702,12 @@ class Scheduler:
     )
     def _start_decode(self, seq_id: int, req: int, sample: int, emitted: int, stamp: int) -> None:
         it = self.it
-        kv_off = self.info.prompt_tokens[req] + emitted - it
-        self.decode[seq_id] = [req, sample, emitted - it, kv_off, self.info.target_tokens[req], stamp]
+        kv_off = self.info._prompt[req] + emitted - it
+        target = self.info._target[req]
+        self.decode[seq_id] = [req, sample, emitted - it, kv_off, target, stamp]
         self.kv_off_sum += kv_off
         self._ids_cache = None
-        heapq.heappush(self.finish_heap, (self.info.target_tokens[req] - emitted + it, stamp, seq_id))
+        heapq.heappush(self.finish_heap, (target - emitted + it, stamp, seq_id))
         self.num_seqs += 1
 
     @cython.cfunc
@@ -686,7 +724,7 @@ class Scheduler:
     @cython.cfunc
     @cython.locals(req=cython.longlong, emitted=cython.longlong, now_s=cython.double)
     def _finish_sample(self, req: int, emitted: int, reason: str, now_s: float) -> None:
-        if reason == FINISH_STOP and emitted < self.info.output_tokens[req]:
+        if reason == FINISH_STOP and emitted < self.info._output[req]:
             reason = FINISH_LENGTH
         if self.log.finish_sample(req, now_s, emitted, reason) and self.on_request_done is not None:
             self.on_request_done(req, now_s)
@@ -705,6 +743,9 @@ class Scheduler:
         it=cython.longlong,
         decoded=cython.bint,
         group=PrefillGroup,
+        output_tokens=cython.const_longlong[:],
+        req=cython.longlong,
+        emitted=cython.longlong,
     )
     def complete(self, iterations: int, plan: StepPlan, now_s: float) -> None:
         """The step (or the last iteration of a jump) ended at `now_s`: emit, finish, grow, preempt.
@@ -737,7 +778,7 @@ class Scheduler:
         heap = self.finish_heap
         if decoded and heap and heap[0][0] <= it:
             decode, alloc, free_ids = self.decode, self.alloc, self._free_ids
-            output_tokens, on_done = self.info.output_tokens, self.on_request_done
+            output_tokens, on_done = self.info._output, self.on_request_done
             while heap and heap[0][0] <= it:
                 finish_it, stamp, seq_id = heapq.heappop(heap)
                 rec = decode.get(seq_id)
@@ -795,7 +836,7 @@ class Scheduler:
         if math.isnan(log.first_token_s[req]):
             log.first_token_s[req] = now_s
         self.num_seqs -= len(group.seq_ids)
-        target = self.info.target_tokens[req]
+        target = self.info._target[req]
         for j, seq_id in enumerate(group.seq_ids):
             sample = item.sample if item.sample >= 0 else j
             if emitted >= target:
@@ -860,7 +901,7 @@ class Scheduler:
         emitted = rec[_EM_OFF] + self.it
         self.log.preemptions[req] += 1
         self.preempted = True
-        swap_tokens = self.info.prompt_tokens[req] + emitted - (1 if grow_failed else 0)
+        swap_tokens = self.info._prompt[req] + emitted - (1 if grow_failed else 0)
         swap_slots = -(-swap_tokens // self.swap_block_tokens) * self.swap_block_tokens
         swaps = self.policy.swaps_out(self, req)
         if swaps and not self._swap_space_allows(swap_slots):
