@@ -35,6 +35,7 @@ double = _CType("double")
 int = _CType("int")  # Cython's name; nothing in this module uses the builtin int
 bint = _CType("bint")
 uchar = _CType("unsigned char")  # uint8 views of bool arrays: uchar[:]
+schar = _CType("signed char")  # int8 views of array("b") columns: schar[:]
 const_longlong = _CType("const long long")  # read-only memoryviews: const_longlong[:]
 const_double = _CType("const double")
 
@@ -46,6 +47,11 @@ def locals(**_types: _CType) -> Callable[[Callable[..., Any]], Callable[..., Any
 
 def cfunc(function: Callable[..., Any]) -> Callable[..., Any]:
     """`@cython.cfunc` (a C function, called from the kernels only): the function unchanged."""
+    return function
+
+
+def ccall(function: Callable[..., Any]) -> Callable[..., Any]:
+    """`@cython.ccall` (a method callable from C and from Python): the function unchanged."""
     return function
 
 
