@@ -4,7 +4,8 @@ Why: the compiled core's typed kernels (allocators/seq_kernels.py) declare C typ
 pure-Python mode (`@cython.locals(i=cython.Py_ssize_t, lengths=cython.longlong[:])`), which only
 Cython reads. Where Cython is installed, `import cython` gives its own shadow module; without it this
 one gives the same names, as no-ops, so the kernels run as the plain Python they are. Only what the
-kernels and the allocators' typed classes use is here (a test checks the kernels import with it).
+kernels and the extension types (allocators/paged.py `PagedState`, sim/core's per-request classes:
+`cclass`, `declare`, `ccall`) use is here (a test checks the kernels import with it).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ double = _CType("double")
 int = _CType("int")  # Cython's name; nothing in this module uses the builtin int
 bint = _CType("bint")
 uchar = _CType("unsigned char")  # uint8 views of bool arrays: uchar[:]
+schar = _CType("signed char")  # int8 views of array("b") columns: schar[:]
 const_longlong = _CType("const long long")  # read-only memoryviews: const_longlong[:]
 const_double = _CType("const double")
 
@@ -66,3 +68,4 @@ def ccall(function: Callable[..., Any]) -> Callable[..., Any]:
 def returns(_type: _CType) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """`@cython.returns(...)`: the function unchanged."""
     return lambda function: function
+

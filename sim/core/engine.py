@@ -43,6 +43,11 @@ from sim.core.policy import ContinuousBatchingPolicy, SchedulePolicy
 from sim.core.protocols import StepCostModel
 from sim.core.scheduler import RequestInfo, Scheduler
 
+try:
+    import cython
+except ImportError:  # Cython is a build requirement, not a runtime one (docs/compiled_core.md)
+    from allocators import cython_shim as cython
+
 REQUIRED_COLUMNS: tuple[str, ...] = (
     "request_id",
     "arrival_s",
@@ -141,8 +146,37 @@ def validate_requests(requests: pd.DataFrame) -> None:
             raise ValueError(f"request table row {row}: field {name!r} must be >= 1 (got {values[row]})")
 
 
+@cython.cclass
 class Engine:
-    """One simulation run: build it, call `run()`, read the EngineResult."""
+    """One simulation run: build it, call `run()`, read the EngineResult.
+
+    An extension type compiled (docs/compiled_core.md "Extension types"): the serving loop reads its
+    own fields every turn, and its per-turn helpers (`_jump_length`, `_arrival_wake_up`) are C calls.
+    The Scheduler and the other objects it holds are declared `object`: their types live in other
+    modules, whose C layout this one cannot see without a `.pxd`.
+    """
+
+    requests = cython.declare(object, visibility="public")
+    alloc = cython.declare(object, visibility="public")
+    cost = cython.declare(object, visibility="public")
+    config = cython.declare(object, visibility="public")
+    progress = cython.declare(object, visibility="public")
+    kv_read_time_s = cython.declare(object, visibility="public")
+    env = cython.declare(object, visibility="public")
+    log = cython.declare(object, visibility="public")
+    source = cython.declare(object, visibility="public")
+    own_arrivals = cython.declare(cython.bint, visibility="public")
+    sched = cython.declare(object, visibility="public")
+    recorder = cython.declare(object, visibility="public")
+    integrals = cython.declare(object, visibility="public")
+    layouts = cython.declare(list, visibility="public")
+    turns = cython.declare(cython.longlong, visibility="public")
+    _idle = cython.declare(object, visibility="public")
+    _arrival_sleep = cython.declare(object, visibility="public")
+    _arrivals_proc = cython.declare(object, visibility="public")
+    _arrival_wake_s = cython.declare(cython.double, visibility="public")
+    _next_export = cython.declare(cython.longlong, visibility="public")
+    offload = cython.declare(object, visibility="public")
 
     def __init__(
         self,
@@ -187,12 +221,12 @@ class Engine:
         )
         self.recorder = StepRecorder(config.max_step_rows)
         self.integrals = TimeIntegrals()
-        self.layouts: list[LayoutSnapshot] = []
+        self.layouts = []  # of LayoutSnapshot
         self.turns = 0
-        self._idle: simpy.Event | None = None
-        self._arrival_sleep: tuple[simpy.Process, float] | None = None
+        self._idle = None  # simpy.Event while the server sleeps
+        self._arrival_sleep = None  # (simpy.Process, wake-up time) while the arrival process sleeps
         self.source.on_push = self._on_push
-        self._arrivals_proc: simpy.Process | None = None
+        self._arrivals_proc = None  # simpy.Process
         self._arrival_wake_s = math.inf  # the emulated open-loop arrival process's next wake-up
         self._next_export = 0  # iteration at which the next layout snapshot is due
         # the allocator's CPU tier, if it has one: PCIe time per step and occupancy (sim/core/offload.py)
@@ -200,6 +234,7 @@ class Engine:
 
     # -- SimPy processes -----------------------------------------------------------------------------------
 
+    @cython.cfunc
     def _release_due(self, now_s: float) -> None:
         if self.source.next_s > now_s:  # the common case: nothing due
             return
@@ -207,6 +242,7 @@ class Engine:
         for arrival_s, req in self.source.pop_due(now_s):
             enqueue(req, arrival_s)
 
+    @cython.cfunc
     def _wake_server(self) -> None:
         if self._idle is not None and not self._idle.triggered:
             self._idle.succeed()
@@ -247,6 +283,7 @@ class Engine:
             self._release_due(env.now)
             self._wake_server()
 
+    @cython.cfunc
     def _arrival_start(self) -> None:
         """The open-loop arrival process (`_arrivals`) as it starts at time 0, before the server.
 
@@ -267,6 +304,8 @@ class Engine:
             self._arrival_wake_s = 0.0
             self._arrival_wake_up()
 
+    @cython.cfunc
+    @cython.locals(idle=cython.bint)
     def _arrival_wake_up(self, idle: bool = False) -> None:
         """One wake-up of the emulated open-loop arrival process at `_arrival_wake_s`: release what is
         due at its clock, then sleep until the next arrival (`_arrivals`, open loop, step by step).
@@ -416,6 +455,7 @@ class Engine:
                     yield env.timeout(duration)
             sched.complete(iterations, plan, env._now)
 
+    @cython.cfunc
     def _jump_length(self, now: float, n_dec: int, ctx0: int) -> tuple[int, np.ndarray | None]:
         """How many decode-only iterations to take at once (>= 1), and their durations when > 1.
 
@@ -454,6 +494,7 @@ class Engine:
                 return 1, None
         return limit, self.cost.decode_step_durations_s(n_dec, ctx0, limit)
 
+    @cython.cfunc
     def _export_layout(self, step: int, now: float, n_dec: int, ctx0: int, step_s: float) -> None:
         kv_read_s = math.nan
         if self.kv_read_time_s is not None:

@@ -118,9 +118,11 @@ FINISH_REJECTED = "rejected"
 # RequestLog's finish-reason codes: 0 = not finished yet (""), then the reasons above.
 REASON_NAMES: tuple[str, ...] = ("", FINISH_STOP, FINISH_LENGTH, FINISH_KV_EXHAUSTED, FINISH_REJECTED)
 _KV_EXHAUSTED_CODE = REASON_NAMES.index(FINISH_KV_EXHAUSTED)
+_INT32_MAX = cython.declare(cython.longlong, 2**31 - 1)  # RequestLog's int32 counters
 _REJECTED_CODE = REASON_NAMES.index(FINISH_REJECTED)
 
 
+@cython.cclass
 class RequestLog:
     """What happened to each request, indexed by its position in the request table.
 
@@ -132,7 +134,38 @@ class RequestLog:
     float or int (~32 bytes), and `to_frame` wraps the columns as NumPy arrays without copying them.
     Finish reasons are one byte codes (`REASON_NAMES`); rejection reasons, rare, live in a dict.
     Measured with benchmarks/engine.py --num-prompts 1000000 (issue 16: 1M requests in <= 400 MB).
+
+    An extension type compiled (docs/compiled_core.md "Extension types": its fields in a C struct, the
+    totals C integers); `finish_sample`, once per sample, reads the columns it updates through typed
+    views of the same arrays (`_first_token`, ...; as Python the arrays themselves).
     """
+
+    num_requests = cython.declare(cython.longlong, visibility="public")
+    arrival_s = cython.declare(object, visibility="public")
+    admitted_s = cython.declare(object, visibility="public")
+    first_token_s = cython.declare(object, visibility="public")
+    finish_s = cython.declare(object, visibility="public")
+    generated_tokens = cython.declare(object, visibility="public")
+    preemptions = cython.declare(object, visibility="public")
+    prefix_hit_tokens = cython.declare(object, visibility="public")
+    recomputed_tokens = cython.declare(object, visibility="public")
+    samples_left = cython.declare(object, visibility="public")
+    itl_span_s = cython.declare(object, visibility="public")
+    itl_gaps = cython.declare(object, visibility="public")
+    rejection_reasons = cython.declare(dict, visibility="public")
+    finish_codes = cython.declare(object, visibility="public")
+    reason_names = cython.declare(list, visibility="public")
+    _reason_code = cython.declare(dict, visibility="public")
+    num_done = cython.declare(cython.longlong, visibility="public")
+    total_generated_tokens = cython.declare(cython.longlong, visibility="public")
+    total_prefill_tokens = cython.declare(cython.longlong, visibility="public")
+    _first_token = cython.declare(cython.double[:])
+    _finish = cython.declare(cython.double[:])
+    _generated = cython.declare(cython.longlong[:])
+    _samples_left = cython.declare(cython.int[:])
+    _itl_span = cython.declare(cython.double[:])
+    _itl_gaps = cython.declare(cython.int[:])
+    _finish_codes = cython.declare(cython.schar[:])
 
     def __init__(self, num_requests: int) -> None:
         nan_column = array("d", [math.nan])
@@ -151,13 +184,24 @@ class RequestLog:
         # Exact token-weighted ITL: sum over samples of (last token time - first token time), and of gaps.
         self.itl_span_s = array("d", [0.0]) * num_requests
         self.itl_gaps = array("i", [0]) * num_requests
-        self.rejection_reasons: dict[int, str] = {}  # request -> why it was refused (few)
+        self.rejection_reasons = {}  # request -> why it was refused (few)
         self.finish_codes = array("b", [0]) * num_requests  # index into self.reason_names
-        self.reason_names: list[str] = list(REASON_NAMES)
+        self.reason_names = list(REASON_NAMES)
         self._reason_code = {name: code for code, name in enumerate(self.reason_names)}
         self.num_done = 0
         self.total_generated_tokens = 0
         self.total_prefill_tokens = 0
+        self._views()
+
+    def _views(self) -> None:
+        """Point the typed views at the columns (again after `to_frame` hands the counters back)."""
+        self._first_token = self.first_token_s
+        self._finish = self.finish_s
+        self._generated = self.generated_tokens
+        self._samples_left = self.samples_left
+        self._itl_span = self.itl_span_s
+        self._itl_gaps = self.itl_gaps
+        self._finish_codes = self.finish_codes
 
     def _code(self, reason: str) -> int:
         """The byte code of a finish reason (a reason not in REASON_NAMES gets the next free code)."""
@@ -180,21 +224,23 @@ class RequestLog:
         self.finish_codes[req] = _REJECTED_CODE
         self.num_done += 1
 
+    @cython.locals(req=cython.Py_ssize_t, now_s=cython.double, emitted=cython.longlong, gaps=cython.longlong)
     def finish_sample(self, req: int, now_s: float, emitted: int, reason: str) -> bool:
         """One sample is done with `emitted` tokens; True when it was the request's last sample."""
-        self.generated_tokens[req] += emitted
+        self._generated[req] += emitted
         if emitted > 1:
-            self.itl_span_s[req] += now_s - self.first_token_s[req]
-            self.itl_gaps[req] += emitted - 1
+            self._itl_span[req] += now_s - self._first_token[req]
+            gaps = self._itl_gaps[req] + (emitted - 1)
+            if gaps > _INT32_MAX:  # the int32 counter: an overflow raises, never wraps (as the array's)
+                raise OverflowError(f"request {req}: {gaps} ITL gaps overflow the int32 counter")
+            self._itl_gaps[req] = gaps
         # The most telling reason wins: a truncated sample marks the whole request.
-        if self.finish_codes[req] != _KV_EXHAUSTED_CODE:
-            try:
-                self.finish_codes[req] = self._reason_code[reason]
-            except KeyError:
-                self.finish_codes[req] = self._code(reason)
-        self.samples_left[req] -= 1
-        if self.samples_left[req] == 0:
-            self.finish_s[req] = now_s
+        if self._finish_codes[req] != _KV_EXHAUSTED_CODE:
+            code = self._reason_code.get(reason)
+            self._finish_codes[req] = self._code(reason) if code is None else code
+        self._samples_left[req] -= 1
+        if self._samples_left[req] == 0:
+            self._finish[req] = now_s
             self.num_done += 1
             return True
         return False
@@ -228,6 +274,7 @@ class RequestLog:
             del gaps, has_gaps
             # Hand the counters back (~8 bytes a request); a later write fails loudly (IndexError).
             self.itl_span_s, self.itl_gaps, self.samples_left = array("d"), array("i"), array("i")
+            self._views()  # the typed views let go of the old columns too
             # generated / max(n, 1), element for element, without the max(n, 1) array.
             per_sample = generated.astype(np.float64)
             np.divide(per_sample, n, out=per_sample, where=n > 1)
@@ -276,6 +323,7 @@ class RequestLog:
         )
         del codes
         self.finish_codes = array("b")
+        self._views()
         return table
 
 
@@ -338,6 +386,7 @@ def _write_records(
         row += 1
 
 
+@cython.cclass
 class StepRecorder:
     """Bounded per-step table: every row until `max_rows`, then every 2nd kept and the stride doubled.
 
@@ -349,9 +398,22 @@ class StepRecorder:
     `to_frame` hands each column to pandas as a view instead of copying the table twice, and so that
     after a halving the rows above the kept half can be handed back to the OS (`madvise
     DONTNEED`): the resident size follows the rows kept, not the rows ever written.
+
+    An extension type compiled (`RequestLog`): the engine offers a row every turn.
     """
 
     _INT_COLUMNS = StepRow._fields
+    max_rows = cython.declare(cython.longlong, visibility="public")
+    stride = cython.declare(cython.longlong, visibility="public")
+    seen = cython.declare(cython.longlong, visibility="public")
+    size = cython.declare(cython.longlong, visibility="public")
+    _buffer = cython.declare(object, visibility="public")
+    _time_s = cython.declare(object, visibility="public")
+    _duration_s = cython.declare(object, visibility="public")
+    _ints = cython.declare(object, visibility="public")
+    _pending = cython.declare(list, visibility="public")
+    _record_columns = cython.declare(list, visibility="public")
+    _record_columns_array = cython.declare(object, visibility="public")
 
     def __init__(self, max_rows: int = 200_000) -> None:
         if max_rows < 2:
@@ -368,7 +430,7 @@ class StepRecorder:
             self._buffer, np.int64, count=num_ints * max_rows, offset=2 * max_rows * 8
         ).reshape(num_ints, max_rows)
         # kept rows not yet in the columns, as flat tuples in `RECORD_ORDER`, written in blocks by `_flush`
-        self._pending: list[tuple] = []
+        self._pending = []  # of tuples
         column_of = {name: j for j, name in enumerate(self._INT_COLUMNS)}
         self._record_columns = [column_of[name] for name in RECORD_ORDER[2:]]
         self._record_columns_array = np.array(self._record_columns, dtype=np.int64)
@@ -467,6 +529,7 @@ class StepRecorder:
         return pd.DataFrame(data, copy=False)
 
 
+@cython.cclass
 class TimeIntegrals:
     """Exact running integrals over simulated time: sum of value x duration over every iteration.
 
@@ -474,7 +537,14 @@ class TimeIntegrals:
     first and last iteration's parts and durations, and `add_linear` integrates the product of the
     two straight lines in closed form (exact when parts and step times are linear in the iteration
     index, which holds for slab allocators and linear step costs; see docs/metrics.md).
+
+    An extension type compiled (`RequestLog`): the engine adds to it every turn.
     """
+
+    parts_token_s = cython.declare(list, visibility="public")
+    running_seq_s = cython.declare(cython.double, visibility="public")
+    busy_s = cython.declare(cython.double, visibility="public")
+    max_running = cython.declare(cython.longlong, visibility="public")
 
     def __init__(self) -> None:
         self.parts_token_s = [0.0] * len(INTEGRATED_PARTS)
@@ -482,6 +552,7 @@ class TimeIntegrals:
         self.busy_s = 0.0
         self.max_running = 0
 
+    @cython.locals(acc=list)
     def add_constant(self, parts: MemoryBreakdown, duration_s: float) -> None:
         acc = self.parts_token_s
         acc[0] += parts.token_states * duration_s
@@ -529,6 +600,7 @@ class TimeIntegrals:
         acc[6] += float(get("free", 0.0))
         acc[7] += float(get("cached", 0.0))
 
+    @cython.locals(num_running=cython.longlong, duration_s=cython.double)
     def add_running(self, num_running: int, duration_s: float) -> None:
         self.running_seq_s += num_running * duration_s
         self.busy_s += duration_s

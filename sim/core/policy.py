@@ -15,14 +15,18 @@ none (tests drive the core with it).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from sim.core.scheduler import PrefillGroup, Scheduler
 
+try:
+    import cython
+except ImportError:  # Cython is a build requirement, not a runtime one (docs/compiled_core.md)
+    from allocators import cython_shim as cython
 
-@dataclass(slots=True, init=False)
+
+@cython.cclass
 class StepPlan:
     """What one step runs (the policy fills it through the Scheduler; the engine prices and records it).
 
@@ -31,20 +35,26 @@ class StepPlan:
     a step without them calls `Scheduler.pause_decodes` (then they emit nothing and the decode
     iteration counter stays).
 
-    Why its own `__init__` (the dataclass's, by keyword, with the same defaults): the one `dataclass`
-    generates is Python code made at import, which stays interpreted where this module is compiled,
-    and a plan is built every turn (issue 24).
+    Why an extension type with its own `__init__` (keyword arguments, the defaults it had as a
+    dataclass): a plan is built every turn (issue 24), and a `dataclass`'s generated `__init__` is
+    Python code made at import, interpreted even where this module is compiled; as an extension type
+    its fields are a C struct (docs/compiled_core.md "Extension types"), public for the engine, the
+    Scheduler and the policies, which read and write them by name.
     """
 
-    chunks: list[tuple[PrefillGroup, int]] = field(default_factory=list)
-    prefill_tokens: int = 0
-    prefill_context_tokens: int = 0
-    swap_tokens: int = 0  # swapped in this step plus swapped out after the previous step
-    first_tokens: int = 0  # samples whose prefill completes in this step (each samples its 1st token)
-    decodes_run: bool = True  # the running decodes take part (each emits a token)
-    decode_seqs: int = 0  # running sequences that decode in this step
-    decode_context_tokens: int = 0  # their context tokens (what their attention reads)
-    single_step: bool = False  # admission was held back by a rule, not by memory: no multi-step jump
+    chunks = cython.declare(list, visibility="public")  # of (PrefillGroup, chunk tokens)
+    prefill_tokens = cython.declare(cython.longlong, visibility="public")
+    prefill_context_tokens = cython.declare(cython.longlong, visibility="public")
+    # swapped in this step plus swapped out after the previous step
+    swap_tokens = cython.declare(cython.longlong, visibility="public")
+    # samples whose prefill completes in this step (each samples its 1st token)
+    first_tokens = cython.declare(cython.longlong, visibility="public")
+    decodes_run = cython.declare(cython.bint, visibility="public")  # the running decodes take part
+    decode_seqs = cython.declare(cython.longlong, visibility="public")  # running sequences decoding now
+    # their context tokens (what their attention reads)
+    decode_context_tokens = cython.declare(cython.longlong, visibility="public")
+    # admission was held back by a rule, not by memory: no multi-step jump
+    single_step = cython.declare(cython.bint, visibility="public")
 
     def __init__(
         self,
@@ -58,6 +68,7 @@ class StepPlan:
         decode_context_tokens: int = 0,
         single_step: bool = False,
     ) -> None:
+        """The plan's fields by keyword, as the dataclass it was took them."""
         self.chunks = [] if chunks is None else chunks
         self.prefill_tokens = prefill_tokens
         self.prefill_context_tokens = prefill_context_tokens

@@ -35,19 +35,22 @@ except ImportError:  # Cython is a build requirement, not a runtime one (docs/co
     from allocators import cython_shim as cython
 
 
+@cython.cclass
 class WorkItem:
-    """A queued unit of work: a fresh request (sample == -1, all n samples) or one resumed sample."""
+    """A queued unit of work: a fresh request (sample == -1, all n samples) or one resumed sample.
 
-    __slots__ = (
-        "req",
-        "sample",
-        "emitted",
-        "enqueued_s",
-        "readmission",
-        "swapped",
-        "demand_tokens",
-        "swap_slots",
-    )
+    An extension type compiled (its fields in a C struct, read by the Scheduler without a lookup; as
+    Python a plain class): see `Scheduler`.
+    """
+
+    req = cython.declare(cython.longlong, visibility="public")
+    sample = cython.declare(cython.longlong, visibility="public")
+    emitted = cython.declare(cython.longlong, visibility="public")
+    enqueued_s = cython.declare(cython.double, visibility="public")
+    readmission = cython.declare(cython.bint, visibility="public")
+    swapped = cython.declare(cython.bint, visibility="public")
+    demand_tokens = cython.declare(cython.longlong, visibility="public")
+    swap_slots = cython.declare(cython.longlong, visibility="public")
 
     def __init__(
         self, req: int, sample: int, emitted: int, enqueued_s: float, readmission: bool, swapped: bool
@@ -62,10 +65,20 @@ class WorkItem:
         self.swap_slots = 0  # CPU swap space it holds while swapped out (token slots, whole blocks)
 
 
+@cython.cclass
 class PrefillGroup:
-    """An admitted item still computing its prompt (parent + forked samples share one prefill)."""
+    """An admitted item still computing its prompt (parent + forked samples share one prefill).
 
-    __slots__ = ("item", "seq_ids", "compute_left", "context_tokens", "stamp", "prompt_tokens", "per_chunk")
+    An extension type compiled, as `WorkItem`.
+    """
+
+    item = cython.declare(WorkItem, visibility="public")
+    seq_ids = cython.declare(list, visibility="public")
+    compute_left = cython.declare(cython.longlong, visibility="public")
+    context_tokens = cython.declare(cython.longlong, visibility="public")
+    stamp = cython.declare(cython.longlong, visibility="public")
+    prompt_tokens = cython.declare(cython.longlong, visibility="public")
+    per_chunk = cython.declare(cython.bint, visibility="public")
 
     def __init__(
         self, item: WorkItem, seq_ids: list[int], compute_left: int, context_tokens: int, stamp: int
@@ -97,8 +110,13 @@ _SPEC_FIELDS: tuple[str, ...] = (
 if SeqSpec._fields != _SPEC_FIELDS:
     raise AssertionError(f"RequestInfo.spec builds SeqSpec by position: its fields are now {SeqSpec._fields}")
 
-# Decode record: a list for cheap field access. Indices:
-_REQ, _SAMPLE, _EM_OFF, _KV_OFF, _TARGET, _STAMP = range(6)
+# Decode record: a list for cheap field access. Indices (C constants compiled: a list index in C):
+_REQ = cython.declare(cython.Py_ssize_t, 0)
+_SAMPLE = cython.declare(cython.Py_ssize_t, 1)
+_EM_OFF = cython.declare(cython.Py_ssize_t, 2)
+_KV_OFF = cython.declare(cython.Py_ssize_t, 3)
+_TARGET = cython.declare(cython.Py_ssize_t, 4)
+_STAMP = cython.declare(cython.Py_ssize_t, 5)
 
 # `SeqSpec(...)` runs the NamedTuple's generated `__new__`, a Python function of 12 arguments; the tuple
 # constructor it ends in, called directly with the same values in field order, builds the same SeqSpec
@@ -139,6 +157,7 @@ class _NoHashes:
         return ()
 
 
+@cython.cclass
 class RequestInfo:
     """The request table's columns for scalar reads, plus the engine's effective limits.
 
@@ -146,7 +165,28 @@ class RequestInfo:
     does, but costs 8 bytes a request (1 for the defaults) instead of a list's pointer plus a boxed
     int, and the table's own int64 columns are read in place without a copy (issue 16: 1M requests
     in <= 400 MB; measured with benchmarks/engine.py --num-prompts 1000000).
+
+    An extension type compiled, as `Scheduler`. The four int64 columns the Scheduler reads per
+    request have a typed view each as well (`_prompt`, ...: the same memory, read as C integers
+    compiled; as Python the same memoryviews); the public memoryviews stay what readers get.
     """
+
+    num_requests = cython.declare(cython.longlong, visibility="public")
+    prompt_tokens = cython.declare(object, visibility="public")
+    output_tokens = cython.declare(object, visibility="public")
+    max_tokens_eff = cython.declare(object, visibility="public")
+    target_tokens = cython.declare(object, visibility="public")
+    n = cython.declare(object, visibility="public")
+    prefix_group = cython.declare(object, visibility="public")
+    prefix_tokens = cython.declare(object, visibility="public")
+    block_hashes = cython.declare(object, visibility="public")  # list[tuple[int, ...]] | _NoHashes
+    has_block_hashes = cython.declare(cython.bint, visibility="public")
+    block_hash_tokens = cython.declare(object, visibility="public")
+    content_keys = cython.declare(list, visibility="public")  # tuple | None per request
+    _prompt = cython.declare(cython.const_longlong[:])
+    _output = cython.declare(cython.const_longlong[:])
+    _max_eff = cython.declare(cython.const_longlong[:])
+    _target = cython.declare(cython.const_longlong[:])
 
     def __init__(self, requests: pd.DataFrame, max_model_len: int, content_identity: bool = False) -> None:
         num = len(requests)
@@ -160,6 +200,10 @@ class RequestInfo:
         max_tokens_eff = np.minimum(max_tokens, max_model_len - prompt)
         self.max_tokens_eff = memoryview(max_tokens_eff)
         self.target_tokens = memoryview(np.minimum(output, max_tokens_eff))
+        self._prompt = self.prompt_tokens
+        self._output = self.output_tokens
+        self._max_eff = self.max_tokens_eff
+        self._target = self.target_tokens
         self.n = memoryview(_int64_column(requests, "n") if "n" in requests else np.ones(num, np.int8))
         self.prefix_group = memoryview(
             _int64_column(requests, "prefix_group")
@@ -171,7 +215,6 @@ class RequestInfo:
             if "prefix_tokens" in requests
             else np.zeros(num, np.int8)
         )
-        self.block_hashes: list[tuple[int, ...]] | _NoHashes
         self.has_block_hashes = "block_hashes" in requests  # without: spec() makes no lookup call
         if self.has_block_hashes:
             self.block_hashes = [
@@ -186,7 +229,7 @@ class RequestInfo:
         # request hits its own blocks. A session turn's tokens continue its session's stream (its
         # next turn's prefix is this turn's prompt + output: workloads/sharing.py session_history),
         # named like the stream's prefix group; any other request's tokens are its own.
-        self.content_keys: list[tuple | None] = [None] * num
+        self.content_keys = [None] * num
         if content_identity:
             sessions = (
                 requests["session_id"].to_numpy(np.int64).tolist() if "session_id" in requests else [-1] * num
@@ -196,13 +239,22 @@ class RequestInfo:
                 for req, (session, group) in enumerate(zip(sessions, self.prefix_group, strict=True))
             ]
 
+    @cython.ccall
+    @cython.locals(
+        req=cython.longlong,
+        seq_id=cython.longlong,
+        emitted=cython.longlong,
+        sample=cython.longlong,
+        first_chunk=cython.longlong,
+        prompt=cython.longlong,
+    )
     def spec(self, req: int, seq_id: int, emitted: int, sample: int = 0, first_chunk: int = 0) -> SeqSpec:
         """The allocator's view of sample `sample` of `req` having already generated `emitted` tokens.
 
         A resumed sample (recompute or swap) looks like a new sequence whose prompt includes
         what it generated, with correspondingly fewer tokens to go.
         """
-        prompt = self.prompt_tokens[req]
+        prompt = self._prompt[req]
         # by position, in _SPEC_FIELDS order (checked at import): a quarter of a microsecond less than by
         # keyword, twice per request; through the tuple constructor (`_tuple_new`), not SeqSpec's __new__
         return _tuple_new(
@@ -210,8 +262,8 @@ class RequestInfo:
             (
                 seq_id,
                 prompt + emitted,  # prompt_tokens
-                self.max_tokens_eff[req] - emitted,  # max_tokens
-                self.output_tokens[req] - emitted,  # output_tokens
+                self._max_eff[req] - emitted,  # max_tokens
+                self._output[req] - emitted,  # output_tokens
                 self.prefix_group[req],
                 self.prefix_tokens[req],
                 self.block_hashes[req] if self.has_block_hashes else (),
@@ -224,6 +276,7 @@ class RequestInfo:
         )
 
 
+@cython.cclass
 class Scheduler:
     """The batch of one run over one allocator, planned step by step by an engine policy.
 
@@ -231,7 +284,49 @@ class Scheduler:
     `admit_waiting`, `pause_decodes`; state they read: `waiting`, `swapped`, `num_decode`,
     `num_seqs`, `preempted`, `chunked`, `max_num_batched_tokens`, `preemption_mode`,
     `unfinished_samples`.
+
+    Why an extension type (`@cython.cclass`, attributes declared below): compiled, every `self.x` of a
+    plain class is a dictionary lookup, and `complete` alone made ~169,000 instructions of them per
+    request on the jump workload; declared, they are fields of a C struct, the counters C integers
+    (docs/compiled_core.md "Extension types"). As Python the declarations are class attributes that
+    `__init__` shadows, and the class is the plain class it was. `public`: policies and tests read
+    and set them by name.
     """
+
+    policy = cython.declare(object, visibility="public")
+    info = cython.declare(RequestInfo, visibility="public")
+    alloc = cython.declare(object, visibility="public")
+    log = cython.declare(object, visibility="public")
+    max_num_seqs = cython.declare(cython.longlong, visibility="public")
+    max_num_batched_tokens = cython.declare(cython.longlong, visibility="public")
+    max_model_len = cython.declare(cython.longlong, visibility="public")
+    chunked = cython.declare(cython.bint, visibility="public")
+    preemption_mode = cython.declare(object, visibility="public")
+    _can_allocate_per_chunk = cython.declare(cython.bint, visibility="public")
+    swap_space_tokens = cython.declare(object, visibility="public")  # int or None
+    swap_block_tokens = cython.declare(cython.longlong, visibility="public")
+    swap_used_tokens = cython.declare(cython.longlong, visibility="public")
+    swap_fallbacks = cython.declare(cython.longlong, visibility="public")
+    preempted = cython.declare(cython.bint, visibility="public")
+    on_request_done = cython.declare(object, visibility="public")
+    capacity_tokens = cython.declare(cython.longlong, visibility="public")
+    waiting = cython.declare(object, visibility="public")  # deque
+    swapped = cython.declare(object, visibility="public")  # deque
+    prefilling = cython.declare(list, visibility="public")
+    decode = cython.declare(dict, visibility="public")
+    finish_heap = cython.declare(list, visibility="public")
+    kv_off_sum = cython.declare(cython.longlong, visibility="public")
+    num_seqs = cython.declare(cython.longlong, visibility="public")
+    it = cython.declare(cython.longlong, visibility="public")
+    pending_swap_out_tokens = cython.declare(cython.longlong, visibility="public")
+    queue_request_s = cython.declare(cython.double, visibility="public")
+    max_queue_length = cython.declare(cython.longlong, visibility="public")
+    _free_ids = cython.declare(list, visibility="public")
+    _next_id = cython.declare(cython.longlong, visibility="public")
+    _stamp = cython.declare(cython.longlong, visibility="public")
+    _ids_cache = cython.declare(object, visibility="public")
+    # weak references to it (sim/engines/sglang.py keys its per-batch state by the batch, weakly)
+    __weakref__ = cython.declare(object)
 
     def __init__(
         self,
@@ -248,7 +343,7 @@ class Scheduler:
         swap_space_tokens: int | None = None,
         policy: SchedulePolicy | None = None,
     ) -> None:
-        self.policy: SchedulePolicy = ContinuousBatchingPolicy() if policy is None else policy
+        self.policy = ContinuousBatchingPolicy() if policy is None else policy
         if preemption_mode not in self.policy.preemption_modes:
             raise ValueError(
                 f"preemption_mode must be one of {', '.join(self.policy.preemption_modes)} for engine "
@@ -273,11 +368,11 @@ class Scheduler:
         self.on_request_done = on_request_done
         self.capacity_tokens = int(allocator.capacity_tokens)
 
-        self.waiting: deque[WorkItem] = deque()
-        self.swapped: deque[WorkItem] = deque()
-        self.prefilling: list[PrefillGroup] = []
-        self.decode: dict[int, list[int]] = {}
-        self.finish_heap: list[tuple[int, int, int]] = []  # (finish_it, stamp, seq_id)
+        self.waiting = deque()  # of WorkItem
+        self.swapped = deque()  # of WorkItem
+        self.prefilling = []  # of PrefillGroup
+        self.decode = {}  # seq id -> decode record (list[int])
+        self.finish_heap = []  # (finish_it, stamp, seq_id)
         self.kv_off_sum = 0  # sum of kv_off over decode seqs: context tokens = kv_off_sum + n * it
         self.num_seqs = 0  # decode seqs + sequences of prefill groups (what max_num_seqs limits)
         self.it = 0  # completed iterations
@@ -285,10 +380,10 @@ class Scheduler:
         self.queue_request_s = 0.0  # integral of queue length over time (exact, from enqueue times)
         self.max_queue_length = 0
 
-        self._free_ids: list[int] = []
+        self._free_ids = []
         self._next_id = 0
         self._stamp = 0
-        self._ids_cache: np.ndarray | None = None
+        self._ids_cache = None  # np.ndarray of the decode ids, or None
 
     # -- queue -------------------------------------------------------------------------------------------
 
@@ -296,21 +391,27 @@ class Scheduler:
     def queue_length(self) -> int:
         return len(self.waiting) + len(self.swapped)
 
+    @cython.cfunc
     def _note_queue(self) -> None:
         q = len(self.waiting) + len(self.swapped)
         if q > self.max_queue_length:
             self.max_queue_length = q
 
+    @cython.cfunc
+    @cython.locals(now_s=cython.double, item=WorkItem)
     def _dequeue(self, queue: deque[WorkItem], now_s: float) -> WorkItem:
         item = queue.popleft()
         self.queue_request_s += now_s - item.enqueued_s
         return item
 
+    @cython.locals(
+        req=cython.longlong, now_s=cython.double, prompt=cython.longlong, n=cython.longlong, info=RequestInfo
+    )
     def enqueue(self, req: int, now_s: float) -> None:
         """A request arrives: refuse it now if it can never run (with a reason), else queue it FCFS."""
         info, log = self.info, self.log
         log.arrival_s[req] = now_s
-        prompt = info.prompt_tokens[req]
+        prompt = info._prompt[req]
         n = info.n[req]
         reason = ""
         if prompt >= self.max_model_len:
@@ -340,6 +441,7 @@ class Scheduler:
         self.waiting.append(WorkItem(req, -1, 0, now_s, False, False))
         self._note_queue()
 
+    @cython.locals(item=WorkItem)
     def next_demand_tokens(self) -> int:
         """Demand of the head of the queue (swapped first, as they are served first); 0 if none waits."""
         queue = self.swapped if self.swapped else self.waiting
@@ -352,6 +454,8 @@ class Scheduler:
 
     # -- ids -----------------------------------------------------------------------------------------------
 
+    @cython.cfunc
+    @cython.returns(cython.longlong)
     def _new_id(self) -> int:
         if self._free_ids:
             return self._free_ids.pop()
@@ -426,6 +530,7 @@ class Scheduler:
         plan.swap_tokens += self.pending_swap_out_tokens
         self.pending_swap_out_tokens = 0
 
+    @cython.locals(group=PrefillGroup)
     def continue_prefills(self, plan: StepPlan, budget: int, now_s: float) -> int:
         """The next chunk of each partly prefilled group, oldest first, within `budget` tokens;
         returns the budget left. A chunk that the allocator cannot hold preempts (`_grow_chunk`)."""
@@ -441,6 +546,7 @@ class Scheduler:
             budget -= chunk
         return budget
 
+    @cython.locals(admitted=PrefillGroup)
     def admit_waiting(
         self,
         plan: StepPlan,
@@ -475,6 +581,8 @@ class Scheduler:
                 budget -= chunk
         return budget
 
+    @cython.cfunc
+    @cython.locals(chunk=cython.longlong, group=PrefillGroup)
     def _add_chunk(self, plan: StepPlan, group: PrefillGroup, chunk: int) -> None:
         plan.chunks.append((group, chunk))
         plan.prefill_tokens += chunk
@@ -483,6 +591,7 @@ class Scheduler:
         if chunk == group.compute_left:
             plan.first_tokens += len(group.seq_ids)
 
+    @cython.locals(item=WorkItem, dropped=WorkItem, info=RequestInfo)
     def swap_in(self, plan: StepPlan, now_s: float) -> None:
         """Bring swapped-out samples back FCFS while `max_num_seqs` and memory allow."""
         info = self.info
@@ -504,8 +613,25 @@ class Scheduler:
             item.swap_slots = 0
             self._stamp += 1
             self._start_decode(seq_id, item.req, item.sample, item.emitted, self._stamp)
-            plan.swap_tokens += info.prompt_tokens[item.req] + item.emitted - 1
+            plan.swap_tokens += info._prompt[item.req] + item.emitted - 1
 
+    @cython.cfunc
+    @cython.locals(
+        budget=cython.longlong,
+        now_s=cython.double,
+        per_chunk=cython.bint,
+        req=cython.longlong,
+        num=cython.longlong,
+        prompt=cython.longlong,
+        seq_id=cython.longlong,
+        child=cython.longlong,
+        first_chunk=cython.longlong,
+        hits=cython.longlong,
+        compute=cython.longlong,
+        item=WorkItem,
+        group=PrefillGroup,
+        info=RequestInfo,
+    )
     def _try_admit(self, item: WorkItem, budget: int, now_s: float, per_chunk: bool) -> PrefillGroup | None:
         """Admit `item` if limits and memory allow (all-or-nothing for its samples); None if blocked."""
         info, alloc = self.info, self.alloc
@@ -513,7 +639,7 @@ class Scheduler:
         num = info.n[req] if item.sample < 0 else 1
         if self.num_seqs + num > self.max_num_seqs:
             return None
-        prompt = info.prompt_tokens[req] + item.emitted
+        prompt = info._prompt[req] + item.emitted
         if budget <= 0 or (not self.chunked and prompt > budget):
             return None
         seq_id = self._new_id()
@@ -546,6 +672,8 @@ class Scheduler:
             log.samples_left[req] = num
         return group
 
+    @cython.cfunc
+    @cython.locals(now_s=cython.double, item=WorkItem)
     def _drop_unfittable(self, item: WorkItem, now_s: float) -> None:
         """The livelock guard at admission: an item that fails on an empty engine will never fit."""
         req = item.req
@@ -561,15 +689,29 @@ class Scheduler:
 
     # -- after the step ------------------------------------------------------------------------------------
 
+    @cython.cfunc
+    @cython.locals(
+        seq_id=cython.longlong,
+        req=cython.longlong,
+        sample=cython.longlong,
+        emitted=cython.longlong,
+        stamp=cython.longlong,
+        it=cython.longlong,
+        kv_off=cython.longlong,
+        target=cython.longlong,
+    )
     def _start_decode(self, seq_id: int, req: int, sample: int, emitted: int, stamp: int) -> None:
         it = self.it
-        kv_off = self.info.prompt_tokens[req] + emitted - it
-        self.decode[seq_id] = [req, sample, emitted - it, kv_off, self.info.target_tokens[req], stamp]
+        kv_off = self.info._prompt[req] + emitted - it
+        target = self.info._target[req]
+        self.decode[seq_id] = [req, sample, emitted - it, kv_off, target, stamp]
         self.kv_off_sum += kv_off
         self._ids_cache = None
-        heapq.heappush(self.finish_heap, (self.info.target_tokens[req] - emitted + it, stamp, seq_id))
+        heapq.heappush(self.finish_heap, (target - emitted + it, stamp, seq_id))
         self.num_seqs += 1
 
+    @cython.cfunc
+    @cython.locals(seq_id=cython.longlong)
     def _stop_decode(self, seq_id: int) -> list[int]:
         rec = self.decode.pop(seq_id)
         self.kv_off_sum -= rec[_KV_OFF]
@@ -579,8 +721,10 @@ class Scheduler:
         self._free_ids.append(seq_id)
         return rec
 
+    @cython.cfunc
+    @cython.locals(req=cython.longlong, emitted=cython.longlong, now_s=cython.double)
     def _finish_sample(self, req: int, emitted: int, reason: str, now_s: float) -> None:
-        if reason == FINISH_STOP and emitted < self.info.output_tokens[req]:
+        if reason == FINISH_STOP and emitted < self.info._output[req]:
             reason = FINISH_LENGTH
         if self.log.finish_sample(req, now_s, emitted, reason) and self.on_request_done is not None:
             self.on_request_done(req, now_s)
@@ -593,6 +737,16 @@ class Scheduler:
         if len(failed):
             raise AssertionError(f"grow({num_tokens}) failed after max_uniform_growth allowed it: {failed}")
 
+    @cython.locals(
+        iterations=cython.longlong,
+        now_s=cython.double,
+        it=cython.longlong,
+        decoded=cython.bint,
+        group=PrefillGroup,
+        output_tokens=cython.const_longlong[:],
+        req=cython.longlong,
+        emitted=cython.longlong,
+    )
     def complete(self, iterations: int, plan: StepPlan, now_s: float) -> None:
         """The step (or the last iteration of a jump) ended at `now_s`: emit, finish, grow, preempt.
 
@@ -624,7 +778,7 @@ class Scheduler:
         heap = self.finish_heap
         if decoded and heap and heap[0][0] <= it:
             decode, alloc, free_ids = self.decode, self.alloc, self._free_ids
-            output_tokens, on_done = self.info.output_tokens, self.on_request_done
+            output_tokens, on_done = self.info._output, self.on_request_done
             while heap and heap[0][0] <= it:
                 finish_it, stamp, seq_id = heapq.heappop(heap)
                 rec = decode.get(seq_id)
@@ -660,6 +814,18 @@ class Scheduler:
             if len(failed_arr):
                 self._preempt_failed(failed_arr, now_s)
 
+    @cython.cfunc
+    @cython.locals(
+        now_s=cython.double,
+        req=cython.longlong,
+        emitted=cython.longlong,
+        target=cython.longlong,
+        j=cython.Py_ssize_t,
+        seq_id=cython.longlong,
+        sample=cython.longlong,
+        group=PrefillGroup,
+        item=WorkItem,
+    )
     def _complete_prefill(self, group: PrefillGroup, now_s: float, started: list[int] | None = None) -> None:
         """A group's prompt is done: each sample emits its first token; appends to `started` the
         seq ids that go on decoding (in the order they join `decode`)."""
@@ -670,7 +836,7 @@ class Scheduler:
         if math.isnan(log.first_token_s[req]):
             log.first_token_s[req] = now_s
         self.num_seqs -= len(group.seq_ids)
-        target = self.info.target_tokens[req]
+        target = self.info._target[req]
         for j, seq_id in enumerate(group.seq_ids):
             sample = item.sample if item.sample >= 0 else j
             if emitted >= target:
@@ -682,6 +848,7 @@ class Scheduler:
                 if started is not None:
                     started.append(seq_id)
 
+    @cython.cfunc
     def _grow_one(self, now_s: float, seq_ids: np.ndarray | None = None) -> None:
         """The post-step grow: one slot for every decoding sequence (or just `seq_ids`); failures
         preempt newest first."""
@@ -691,6 +858,7 @@ class Scheduler:
         if len(failed_arr):
             self._preempt_failed(failed_arr, now_s)
 
+    @cython.cfunc
     def _preempt_failed(self, failed_arr: np.ndarray, now_s: float) -> None:
         """Sequences in `failed_arr` could not grow: preempt newest first until all of them have."""
         failed = set(int(x) for x in failed_arr)
@@ -711,6 +879,7 @@ class Scheduler:
                 retry = np.fromiter(sorted(failed), dtype=np.int64, count=len(failed))
                 failed = set(int(x) for x in self.alloc.grow(retry, 1))
 
+    @cython.locals(group=PrefillGroup)
     def newest_unit(self) -> tuple[int, PrefillGroup | None]:
         """The newest running unit: (decode seq id, None), or (-1 or a seq id, the prefill group) when
         a partly prefilled group is newer; vLLM preempts it first (`self.running.pop()`)."""
@@ -724,13 +893,15 @@ class Scheduler:
                 best_stamp, best_group = group.stamp, group
         return best_id, best_group
 
+    @cython.cfunc
+    @cython.locals(item=WorkItem)
     def _preempt_decode(self, seq_id: int, grow_failed: bool, now_s: float) -> None:
         rec = self._stop_decode(seq_id)
         req = rec[_REQ]
         emitted = rec[_EM_OFF] + self.it
         self.log.preemptions[req] += 1
         self.preempted = True
-        swap_tokens = self.info.prompt_tokens[req] + emitted - (1 if grow_failed else 0)
+        swap_tokens = self.info._prompt[req] + emitted - (1 if grow_failed else 0)
         swap_slots = -(-swap_tokens // self.swap_block_tokens) * self.swap_block_tokens
         swaps = self.policy.swaps_out(self, req)
         if swaps and not self._swap_space_allows(swap_slots):
@@ -746,6 +917,8 @@ class Scheduler:
         self.waiting.appendleft(WorkItem(req, rec[_SAMPLE], emitted, now_s, True, False))
         self._note_queue()
 
+    @cython.cfunc
+    @cython.locals(group=PrefillGroup)
     def _grow_chunk(self, group: PrefillGroup, chunk: int, now_s: float) -> bool:
         """Allocate the next chunk of a partly prefilled prompt; preempt newest first when memory is short.
 
@@ -769,6 +942,7 @@ class Scheduler:
                 return False
         return True
 
+    @cython.cfunc
     def _swap_space_allows(self, slots: int) -> bool:
         """--swap-space as a bound (vLLM v0 BlockSpaceManager.can_swap_out: enough free CPU blocks).
 
@@ -777,6 +951,8 @@ class Scheduler:
         """
         return self.swap_space_tokens is None or self.swap_used_tokens + slots <= self.swap_space_tokens
 
+    @cython.cfunc
+    @cython.locals(group=PrefillGroup, item=WorkItem)
     def _preempt_group(self, group: PrefillGroup, now_s: float) -> None:
         for seq_id in reversed(group.seq_ids):
             self.alloc.release(seq_id)
