@@ -17,6 +17,20 @@ CORE := allocators/_compiled_core.json
 
 .PHONY: demo test bench calibrate docs notebooks lint venv clean
 
+# The third-party modules `kvsim compare` (the demo) imports: numpy, pandas, parquet, the report's
+# figures, the scenario's pydantic models, the CLI (tests/docs/test_make_targets.py imports each). Importing
+# them writes their bytecode (PYTHONDONTWRITEBYTECODE cleared: pip would have written it too, without
+# --no-compile), which takes the compile out of the demo's own start (~4 s of CPU where nothing is
+# compiled yet), and builds matplotlib's font cache where it is missing. Nothing of kvsim is imported:
+# its compiled core is being written at the same time.
+DEMO_IMPORTS := numpy pandas pandas.core.arrays.arrow.extension_types pyarrow.parquet pyarrow.dataset \
+  pyarrow.pandas_compat matplotlib.pyplot matplotlib.backends.backend_agg PIL.Image pydantic.main \
+  pydantic.type_adapter pydantic.json_schema pydantic.plugin._loader typer.main typer._adapters \
+  rich.console rich.table simpy
+prewarm = nice -n 19 env PYTHONDONTWRITEBYTECODE= MPLBACKEND=Agg $(PY) -P -c \
+  "import importlib; [importlib.import_module(m) for m in '$(DEMO_IMPORTS)'.split()]; import PIL.Image; PIL.Image.preinit()" \
+  >/dev/null 2>&1
+
 $(STAMP): pyproject.toml
 # No `pip install --upgrade pip` (~3 s before anything else can start): the pip that `python -m venv`
 # puts in (ensurepip's, 23.2 with Python 3.11.7) does everything below, editable installs (PEP 660)
@@ -29,7 +43,10 @@ $(STAMP): pyproject.toml
 # when it first imports it (~3 s), and $(DEV_STAMP) compiles the rest for the tests' many processes.
 	$(PY) -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]))' \
 	  > $(VENV)/requirements-run.txt
-	$(PY) -m pip install -q --no-compile -r $(VENV)/requirements-run.txt & deps=$$!; \
+# When the dependencies are in, and while the core still compiles, the modules of theirs that the demo
+# imports are byte-compiled by importing them (prewarm, below) at the lowest priority, on the CPU time
+# gcc leaves idle (the tail of its parallel build, pip's serial steps); a failed import is ignored.
+	{ $(PY) -m pip install -q --no-compile -r $(VENV)/requirements-run.txt && { $(prewarm) || true; }; } & deps=$$!; \
 	  $(PY) -m pip install -q --no-deps -e .; built=$$?; wait $$deps && test $$built -eq 0
 	@$(PY) -c "import sim; print('kvsim core:', sim.core_path())"
 	rm -f $(VENV)/.installed-*
