@@ -31,11 +31,24 @@ prewarm = nice -n 19 env PYTHONDONTWRITEBYTECODE= MPLBACKEND=Agg $(PY) -P -c \
   "import importlib; [importlib.import_module(m) for m in '$(DEMO_IMPORTS)'.split()]; import PIL.Image; PIL.Image.preinit()" \
   >/dev/null 2>&1
 
+# pip into the venv from ensurepip's own wheel, run as pip (pip's documentation: running pip from a wheel
+# is meant for bootstrapping pip). 2.5-2.7 s of CPU against 5.0-6.2 s for `python -m venv` with pip and
+# setuptools (two pairs back to back, load ~5). Where the Python keeps no such wheel (a distribution
+# that stores its wheels elsewhere), this fails and ensurepip installs pip as `python -m venv` would.
+bootstrap_pip = $(PY) -P -c "import ensurepip, pathlib, subprocess, sys; \
+  wheel = sorted(pathlib.Path(ensurepip.__file__).parent.glob('_bundled/pip-*.whl'))[-1]; \
+  sys.exit(subprocess.call([sys.executable, str(wheel / 'pip'), 'install', '-q', '--no-index', \
+  '--disable-pip-version-check', str(wheel)]))"
+
 $(STAMP): pyproject.toml
-# No `pip install --upgrade pip` (~3 s before anything else can start): the pip that `python -m venv`
-# puts in (ensurepip's, 23.2 with Python 3.11.7) does everything below, editable installs (PEP 660)
-# with build isolation included.
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+# No `pip install --upgrade pip` (~3 s before anything else can start): the pip that ensurepip bundles
+# (23.2 with Python 3.11.7) does everything below, editable installs (PEP 660) with build isolation
+# included. The venv is made without it and pip is bootstrapped from that wheel (bootstrap_pip, below):
+# Python 3.11's `python -m venv` also installs setuptools 65, which nothing here uses (pip's isolated
+# build brings its own setuptools, the `dev` extra and the core's rebuild theirs), and byte-compiles
+# both; this step runs alone, before anything else can start.
+	test -x $(PY) || $(PYTHON) -m venv --without-pip $(VENV)
+	$(PY) -c "import pip" 2>/dev/null || $(bootstrap_pip) || $(PY) -m ensurepip --default-pip
 # kvsim's dependencies (pyproject.toml's list, written out by tomllib) install while pip builds kvsim
 # itself, which compiles the core on every core: the two overlap instead of queueing (a fresh clone's
 # `make demo`, benchmarks/fresh_demo.py). Both must succeed. --no-compile: pip would byte-compile every
