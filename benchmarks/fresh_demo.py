@@ -35,6 +35,18 @@ def clone_at(revision: str, folder: Path) -> None:
     subprocess.run(["git", "-C", str(folder), "checkout", "-q", "--detach", revision], check=True)
 
 
+def resolve(revision: str) -> str:
+    """`revision` as a short commit hash, resolved once: a commit made while the runs go on (HEAD moves)
+    must not change what the later rounds measure."""
+    done = subprocess.run(
+        ["git", "-C", str(REPO), "rev-parse", "--short", f"{revision}^{{commit}}"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return done.stdout.strip()
+
+
 def children_cpu_s() -> float:
     """CPU seconds (user + system) of every finished child process so far."""
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -68,9 +80,10 @@ def main() -> None:
     workdir = args.keep or Path(tempfile.mkdtemp(prefix="kvsim-fresh-demo-"))
     workdir.mkdir(parents=True, exist_ok=True)
     best_wall_s: dict[str, float] = {}
+    base, head = resolve(args.base), resolve(args.head)
     try:
         for round_index in range(args.repeat):
-            for label, revision in (("base", args.base), ("head", args.head)):
+            for label, revision in (("base", base), ("head", head)):
                 folder = workdir / f"{label}-{round_index}"
                 clone_at(revision, folder)
                 wall_s, cpu_s, last_line = time_make_demo(folder)
