@@ -22,12 +22,14 @@ CORE := allocators/_compiled_core.json
 # them writes their bytecode (PYTHONDONTWRITEBYTECODE cleared: pip would have written it too, without
 # --no-compile), which takes the compile out of the demo's own start (~4 s of CPU where nothing is
 # compiled yet), and builds matplotlib's font cache where it is missing. Nothing of kvsim is imported:
-# its compiled core is being written at the same time.
+# its compiled core is being written at the same time. Not at a lower priority (`nice`): the recipe waits
+# for it, and on a busy machine a niced process starved for minutes after the build was done (seen at
+# load ~7: 4 s of CPU in 7.5 minutes); at the same priority its work is work the demo would do anyway.
 DEMO_IMPORTS := numpy pandas pandas.core.arrays.arrow.extension_types pyarrow.parquet pyarrow.dataset \
   pyarrow.pandas_compat matplotlib.pyplot matplotlib.backends.backend_agg PIL.Image pydantic.main \
   pydantic.type_adapter pydantic.json_schema pydantic.plugin._loader typer.main typer._adapters \
   rich.console rich.table simpy
-prewarm = nice -n 19 env PYTHONDONTWRITEBYTECODE= MPLBACKEND=Agg $(PY) -P -c \
+prewarm = env PYTHONDONTWRITEBYTECODE= MPLBACKEND=Agg $(PY) -P -c \
   "import importlib; [importlib.import_module(m) for m in '$(DEMO_IMPORTS)'.split()]; import PIL.Image; PIL.Image.preinit()" \
   >/dev/null 2>&1
 
@@ -57,8 +59,8 @@ $(STAMP): pyproject.toml
 	$(PY) -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]))' \
 	  > $(VENV)/requirements-run.txt
 # When the dependencies are in, and while the core still compiles, the modules of theirs that the demo
-# imports are byte-compiled by importing them (prewarm, below) at the lowest priority, on the CPU time
-# gcc leaves idle (the tail of its parallel build, pip's serial steps); a failed import is ignored.
+# imports are byte-compiled by importing them (prewarm, below), on the CPU time the build leaves idle
+# (pip's serial steps, the tail of gcc's parallel build) or shared with it; a failed import is ignored.
 	{ $(PY) -m pip install -q --no-compile -r $(VENV)/requirements-run.txt && { $(prewarm) || true; }; } & deps=$$!; \
 	  $(PY) -m pip install -q --no-deps -e .; built=$$?; wait $$deps && test $$built -eq 0
 	@$(PY) -c "import sim; print('kvsim core:', sim.core_path())"
