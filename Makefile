@@ -33,8 +33,8 @@ prewarm = env PYTHONDONTWRITEBYTECODE= MPLBACKEND=Agg $(PY) -P -c \
   "import importlib; [importlib.import_module(m) for m in '$(DEMO_IMPORTS)'.split()]; import PIL.Image; PIL.Image.preinit()" \
   >/dev/null 2>&1
 
-# pip into the venv from ensurepip's own wheel, run as pip (pip's documentation: running pip from a wheel
-# is meant for bootstrapping pip). 2.5-2.7 s of CPU against 5.0-6.2 s for `python -m venv` with pip and
+# pip into the venv from ensurepip's own wheel, run from the wheel file as ensurepip itself runs it (the
+# wheel on sys.path). 2.5-2.7 s of CPU against 5.0-6.2 s for `python -m venv` with pip and
 # setuptools (two pairs back to back, load ~5). Where the Python keeps no such wheel (a distribution
 # that stores its wheels elsewhere), this fails and ensurepip installs pip as `python -m venv` would.
 bootstrap_pip = $(PY) -P -c "import ensurepip, pathlib, subprocess, sys; \
