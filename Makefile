@@ -17,11 +17,40 @@ CORE := allocators/_compiled_core.json
 
 .PHONY: demo test bench calibrate docs notebooks lint venv clean
 
+# The third-party modules `kvsim compare` (the demo) imports: numpy, pandas, parquet, the report's
+# figures, the scenario's pydantic models, the CLI (tests/docs/test_make_targets.py imports each). Importing
+# them writes their bytecode (PYTHONDONTWRITEBYTECODE cleared: pip would have written it too, without
+# --no-compile), which takes the compile out of the demo's own start (~4 s of CPU where nothing is
+# compiled yet), and builds matplotlib's font cache where it is missing. Nothing of kvsim is imported:
+# its compiled core is being written at the same time. Not at a lower priority (`nice`): the recipe waits
+# for it, and on a busy machine a niced process starved for minutes after the build was done (seen at
+# load ~7: 4 s of CPU in 7.5 minutes); at the same priority its work is work the demo would do anyway.
+DEMO_IMPORTS := numpy pandas pandas.core.arrays.arrow.extension_types pyarrow.parquet pyarrow.dataset \
+  pyarrow.pandas_compat matplotlib.pyplot matplotlib.backends.backend_agg PIL.Image pydantic.main \
+  pydantic.type_adapter pydantic.json_schema pydantic.plugin._loader typer.main typer._adapters \
+  rich.console rich.table simpy
+prewarm = env PYTHONDONTWRITEBYTECODE= MPLBACKEND=Agg $(PY) -P -c \
+  "import importlib; [importlib.import_module(m) for m in '$(DEMO_IMPORTS)'.split()]; import PIL.Image; PIL.Image.preinit()" \
+  >/dev/null 2>&1
+
+# pip into the venv from ensurepip's own wheel, run from the wheel file as ensurepip itself runs it (the
+# wheel on sys.path). 2.5-2.7 s of CPU against 5.0-6.2 s for `python -m venv` with pip and
+# setuptools (two pairs back to back, load ~5). Where the Python keeps no such wheel (a distribution
+# that stores its wheels elsewhere), this fails and ensurepip installs pip as `python -m venv` would.
+bootstrap_pip = $(PY) -P -c "import ensurepip, pathlib, subprocess, sys; \
+  wheel = sorted(pathlib.Path(ensurepip.__file__).parent.glob('_bundled/pip-*.whl'))[-1]; \
+  sys.exit(subprocess.call([sys.executable, str(wheel / 'pip'), 'install', '-q', '--no-index', \
+  '--disable-pip-version-check', str(wheel)]))"
+
 $(STAMP): pyproject.toml
-# No `pip install --upgrade pip` (~3 s before anything else can start): the pip that `python -m venv`
-# puts in (ensurepip's, 23.2 with Python 3.11.7) does everything below, editable installs (PEP 660)
-# with build isolation included.
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+# No `pip install --upgrade pip` (~3 s before anything else can start): the pip that ensurepip bundles
+# (23.2 with Python 3.11.7) does everything below, editable installs (PEP 660) with build isolation
+# included. The venv is made without it and pip is bootstrapped from that wheel (bootstrap_pip, below):
+# Python 3.11's `python -m venv` also installs setuptools 65, which nothing here uses (pip's isolated
+# build brings its own setuptools, the `dev` extra and the core's rebuild theirs), and byte-compiles
+# both; this step runs alone, before anything else can start.
+	test -x $(PY) || $(PYTHON) -m venv --without-pip $(VENV)
+	$(PY) -c "import pip" 2>/dev/null || $(bootstrap_pip) || $(PY) -m ensurepip --default-pip
 # kvsim's dependencies (pyproject.toml's list, written out by tomllib) install while pip builds kvsim
 # itself, which compiles the core on every core: the two overlap instead of queueing (a fresh clone's
 # `make demo`, benchmarks/fresh_demo.py). Both must succeed. --no-compile: pip would byte-compile every
@@ -29,7 +58,10 @@ $(STAMP): pyproject.toml
 # when it first imports it (~3 s), and $(DEV_STAMP) compiles the rest for the tests' many processes.
 	$(PY) -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]))' \
 	  > $(VENV)/requirements-run.txt
-	$(PY) -m pip install -q --no-compile -r $(VENV)/requirements-run.txt & deps=$$!; \
+# When the dependencies are in, and while the core still compiles, the modules of theirs that the demo
+# imports are byte-compiled by importing them (prewarm, below), on the CPU time the build leaves idle
+# (pip's serial steps, the tail of gcc's parallel build) or shared with it; a failed import is ignored.
+	{ $(PY) -m pip install -q --no-compile -r $(VENV)/requirements-run.txt && { $(prewarm) || true; }; } & deps=$$!; \
 	  $(PY) -m pip install -q --no-deps -e .; built=$$?; wait $$deps && test $$built -eq 0
 	@$(PY) -c "import sim; print('kvsim core:', sim.core_path())"
 	rm -f $(VENV)/.installed-*

@@ -7,9 +7,11 @@ the figure that matters is the whole command. Both clones are timed on the same 
 again with `--repeat 2`...), so the machine's speed and load cancel out in the ratio. Tests never time it.
 
 Prints, per run: wall seconds, CPU seconds of make and everything it started (user + system), and the
-demo's last line; then this commit / base for the fastest wall time of each.
+demo's last line; then this commit (and each --also commit) / base for the fastest wall time of each,
+and the fastest CPU seconds of each (the figure to compare on a shared machine).
 
-Run: .venv/bin/python benchmarks/fresh_demo.py [--base REV] [--head REV] [--repeat N] [--keep DIR]
+Run: .venv/bin/python benchmarks/fresh_demo.py [--base REV] [--head REV] [--also REV]... [--repeat N]
+     [--keep DIR]
 (default base: 3d06d69, the last commit before issue 24's compiled core; each run takes 1-3 minutes.)
 """
 
@@ -33,6 +35,18 @@ def clone_at(revision: str, folder: Path) -> None:
     """A fresh clone of this repository at `revision` in `folder` (no venv, no build outputs)."""
     subprocess.run(["git", "clone", "-q", "--no-checkout", str(REPO), str(folder)], check=True)
     subprocess.run(["git", "-C", str(folder), "checkout", "-q", "--detach", revision], check=True)
+
+
+def resolve(revision: str) -> str:
+    """`revision` as a short commit hash, resolved once: a commit made while the runs go on (HEAD moves)
+    must not change what the later rounds measure."""
+    done = subprocess.run(
+        ["git", "-C", str(REPO), "rev-parse", "--short", f"{revision}^{{commit}}"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return done.stdout.strip()
 
 
 def children_cpu_s() -> float:
@@ -60,6 +74,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--base", default=DEFAULT_BASE, help="the commit to compare with")
     parser.add_argument("--head", default="HEAD", help="the commit measured (default: HEAD)")
+    parser.add_argument(
+        "--also", action="append", default=[], help="another commit timed in each round (repeatable)"
+    )
     parser.add_argument("--repeat", type=int, default=1, help="runs of each, alternating")
     parser.add_argument("--keep", type=Path, help="clone into this new folder and keep it")
     args = parser.parse_args()
@@ -68,24 +85,30 @@ def main() -> None:
     workdir = args.keep or Path(tempfile.mkdtemp(prefix="kvsim-fresh-demo-"))
     workdir.mkdir(parents=True, exist_ok=True)
     best_wall_s: dict[str, float] = {}
+    best_cpu_s: dict[str, float] = {}
+    runs = [("base", resolve(args.base)), ("head", resolve(args.head))]
+    runs += [(f"also{index + 1}", resolve(revision)) for index, revision in enumerate(args.also)]
     try:
         for round_index in range(args.repeat):
-            for label, revision in (("base", args.base), ("head", args.head)):
+            for label, revision in runs:
                 folder = workdir / f"{label}-{round_index}"
                 clone_at(revision, folder)
                 wall_s, cpu_s, last_line = time_make_demo(folder)
                 best_wall_s[label] = min(best_wall_s.get(label, wall_s), wall_s)
+                best_cpu_s[label] = min(best_cpu_s.get(label, cpu_s), cpu_s)
                 figures = f"wall {wall_s:6.1f} s  cpu {cpu_s:6.1f} s"
                 print(f"{label} ({revision}) run {round_index + 1}: {figures}  | {last_line[:90]}")
                 sys.stdout.flush()
     finally:
         if args.keep is None:
             shutil.rmtree(workdir, ignore_errors=True)
-    ratio = best_wall_s["head"] / best_wall_s["base"]
-    verdict = "not slower" if ratio <= 1.0 else "SLOWER"
-    head_s, base_s = best_wall_s["head"], best_wall_s["base"]
-    print(f"fresh-clone make demo, best wall: head {head_s:.1f} s / base {base_s:.1f} s", end="")
-    print(f" = {ratio:.2f} {verdict}")
+    base_s = best_wall_s["base"]
+    for label, revision in runs[1:]:
+        ratio = best_wall_s[label] / base_s
+        verdict = "not slower" if ratio <= 1.0 else "SLOWER"
+        print(f"fresh-clone make demo, best wall: {label} ({revision}) {best_wall_s[label]:.1f} s", end="")
+        print(f" / base {base_s:.1f} s = {ratio:.2f} {verdict}", end="")
+        print(f"; best cpu {best_cpu_s[label]:.1f} s / {best_cpu_s['base']:.1f} s")
 
 
 if __name__ == "__main__":

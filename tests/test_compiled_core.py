@@ -266,6 +266,23 @@ def test_setup_py_reads_the_list_and_keeps_annotations_untyped() -> None:
     assert "infer_types" not in setup_py.DIRECTIVES
 
 
+def test_setup_py_compiles_the_largest_c_first(tmp_path: Path) -> None:
+    """setuptools' parallel build_ext takes the extensions in list order: largest first keeps one thread
+    from compiling a large module alone at the end; equal sizes keep the list's order."""
+    spec = importlib.util.spec_from_file_location("kvsim_setup", REPO / "setup.py")
+    assert spec is not None and spec.loader is not None
+    setup_py = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(setup_py)
+    sizes = {"small": 10, "large": 300, "mid_a": 50, "mid_b": 50}
+    extensions = []
+    for name, size in sizes.items():
+        (tmp_path / f"{name}.c").write_bytes(b"x" * size)
+        extensions.append(setup_py.Extension(name, [str(tmp_path / f"{name}.c")]))
+    missing = setup_py.Extension("missing", [str(tmp_path / "missing.c")])
+    ordered = setup_py._largest_first([*extensions, missing])
+    assert [ext.name for ext in ordered] == ["large", "mid_a", "mid_b", "small", "missing"]
+
+
 @pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
 def test_the_makefile_rebuilds_on_every_listed_source() -> None:
     show = "print-core-sources: ; @echo $(CORE_SOURCES)"

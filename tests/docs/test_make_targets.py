@@ -78,3 +78,29 @@ def test_make_docs_runs_the_generator(tmp_path: Path) -> None:
     done = make(fresh_clone(tmp_path), "-n", "docs")
     assert done.returncode == 0, done.stderr
     assert "docs/generate.py" in done.stdout
+
+
+def test_the_demo_prewarm_imports_exist() -> None:
+    """`make demo` byte-compiles the demo's third-party imports (DEMO_IMPORTS) while the core compiles,
+    ignoring a failed import so that the install never fails for it: a renamed module must fail here."""
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed")
+    show = "print-demo-imports: ; @echo $(DEMO_IMPORTS)"
+    listed = subprocess.run(
+        ["make", "-s", "--no-print-directory", f"--eval={show}", "print-demo-imports"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    assert {"numpy", "pandas", "matplotlib.pyplot", "pydantic.main", "typer.main"} <= set(listed)
+    assert not any(name.split(".")[0] in {"sim", "allocators", "workloads", "gpu"} for name in listed)
+    code = "import importlib, sys; [importlib.import_module(m) for m in sys.argv[1:]]"
+    done = subprocess.run(
+        [sys.executable, "-B", "-P", "-c", code, *listed],
+        env={**os.environ, "MPLBACKEND": "Agg"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
