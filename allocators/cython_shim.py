@@ -68,4 +68,3 @@ def ccall(function: Callable[..., Any]) -> Callable[..., Any]:
 def returns(_type: _CType) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """`@cython.returns(...)`: the function unchanged."""
     return lambda function: function
-
