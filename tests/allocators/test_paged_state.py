@@ -13,14 +13,12 @@ reference and the sweeps use.
 from __future__ import annotations
 
 import copy
-import importlib.util
 import pickle
-import sys
-from pathlib import Path
 from types import ModuleType
 
 import numpy as np
 import pytest
+from _shim_helpers import load_with_shim
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -28,28 +26,9 @@ from allocators import paged, seq_kernels
 from allocators.base import SeqSpec
 from allocators.paged import PagedAllocator
 
-REPO = Path(__file__).resolve().parents[2]
-
-
-def _paged_with_shim() -> ModuleType:
-    """paged.py executed as Python with `import cython` failing: the shim's path."""
-    spec = importlib.util.spec_from_file_location("_paged_shim", REPO / "allocators" / "paged.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    saved = sys.modules.get("cython")
-    sys.modules["cython"] = None  # type: ignore[assignment]  # makes `import cython` raise ImportError
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        if saved is None:
-            del sys.modules["cython"]
-        else:
-            sys.modules["cython"] = saved
-    assert module.cython.__name__ == "allocators.cython_shim"
-    return module
-
-
-MODULES = pytest.mark.parametrize("module", [paged, _paged_with_shim()], ids=["as loaded", "shim"])
+MODULES = pytest.mark.parametrize(
+    "module", [paged, load_with_shim("allocators/paged.py", "_paged_shim")], ids=["as loaded", "shim"]
+)
 NAMES = ("lengths", "quiet", "caps", "num_blocks", "slots", "final", "block_from", "tail", "prefix_hit")
 
 

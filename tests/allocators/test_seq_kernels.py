@@ -9,43 +9,21 @@ the loops themselves as Python.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 from types import ModuleType
 
 import numpy as np
 import pytest
+from _shim_helpers import load_with_shim
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from allocators import seq_kernels
 
-REPO = Path(__file__).resolve().parents[2]
-
-
-def _pure_kernels() -> ModuleType:
-    """seq_kernels.py executed as Python with `import cython` failing: the shim's path."""
-    spec = importlib.util.spec_from_file_location("_seq_kernels_shim", REPO / "allocators" / "seq_kernels.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    saved = sys.modules.get("cython")
-    sys.modules["cython"] = None  # type: ignore[assignment]  # makes `import cython` raise ImportError
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        if saved is None:
-            del sys.modules["cython"]
-        else:
-            sys.modules["cython"] = saved
-    assert module.cython.__name__ == "allocators.cython_shim"
-    return module
-
 
 def _loops_as_python() -> ModuleType:
     """seq_kernels.py with the shim claiming to be compiled: the typed loops themselves, run as Python
     (the compiled module's logic, testable without a compiler)."""
-    module = _pure_kernels()
+    module = load_with_shim("allocators/seq_kernels.py", "_seq_kernels_shim")
     compiled_shim = ModuleType("cython_shim_compiled")
     compiled_shim.__dict__.update(module.cython.__dict__)
     compiled_shim.compiled = True  # type: ignore[attr-defined]
@@ -53,7 +31,7 @@ def _loops_as_python() -> ModuleType:
     return module
 
 
-PURE = _pure_kernels()
+PURE = load_with_shim("allocators/seq_kernels.py", "_seq_kernels_shim")
 LOOPS = _loops_as_python()
 KERNELS = pytest.mark.parametrize(
     "kernels", [seq_kernels, PURE, LOOPS], ids=["as loaded", "shim (NumPy branches)", "loops as Python"]
