@@ -24,6 +24,7 @@ by stepping a copy of the allocator: exact, and rare (right after a fork).
 from __future__ import annotations
 
 import copy
+import threading
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -39,12 +40,26 @@ INTEGRATED_PARTS: tuple[str, ...] = (*BREAKDOWN_PARTS, "cached")
 
 _FLOAT_ARANGE = np.arange(1024, dtype=np.float64)
 _FLOAT_ARANGE.flags.writeable = False
-# The typed loop's scratch (seq_kernels.jump_terms, filled and read within one call, so one serves
-# every jump): [block size, per-room int64 of that many entries, float64 entries, float64 scratch,
-# the blocks appended per iteration (float64, as many entries) and its view], the scratch as kept
-# typed views (seq_kernels.typed_view, float_view); read inline on every jump. The appended array is
-# kept too: a fresh `np.empty` per jump, and the loop's acquiring its buffer, cost ~1,500 instructions.
-_SCRATCH: list = [0, None, 0, None, None, None]
+# The typed loop's scratch (seq_kernels.jump_terms, filled and read within one jump, so one serves
+# every jump of a thread): [block size, per-room int64 of that many entries, float64 entries, float64
+# scratch, the blocks appended per iteration (float64, as many entries) and its view], the scratch as
+# kept typed views (seq_kernels.typed_view, float_view); read inline on every jump. The appended array
+# is kept too: a fresh `np.empty` per jump, and the loop's acquiring its buffer, cost ~1,500
+# instructions. One per thread, not one per process: a dask worker (`kvsim sweep --scheduler`,
+# threads_per_worker > 1) runs several simulations in threads of one process, and a jump's `appended`
+# is still read (NumPy's dot, which may let another thread run) after its loop wrote it; shared, another
+# thread's jump could overwrite it in between (seen as a sweep cell's kv_reservation_pct differing from
+# the same cell run alone, tests/sweeps/test_sweep.py; tests/allocators/test_jump_threads.py).
+
+
+class _ThreadScratch(threading.local):
+    """The calling thread's jump scratch (`slots`, laid out as described above)."""
+
+    def __init__(self) -> None:
+        self.slots: list = [0, None, 0, None, None, None]
+
+
+_SCRATCH = _ThreadScratch()
 
 
 def _float_arange(count: int) -> np.ndarray:
@@ -60,16 +75,16 @@ def _float_arange(count: int) -> np.ndarray:
     return _FLOAT_ARANGE[:count]
 
 
-def _renew_scratch(block_size: int, float_entries: int) -> None:
-    """Make `_SCRATCH` fit a block size (per-room counts for jump_terms, which zeroes them) and at
-    least `float_entries` float64 (suffix sums and products)."""
-    if _SCRATCH[0] != block_size:
-        _SCRATCH[0], _SCRATCH[1] = block_size, typed_view(np.zeros(block_size, dtype=np.int64))
-    if _SCRATCH[2] < float_entries:
-        size = max(float_entries, 2 * _SCRATCH[2], 256)
-        _SCRATCH[2], _SCRATCH[3] = size, float_view(np.zeros(size))
-        _SCRATCH[4] = np.zeros(size)
-        _SCRATCH[5] = float_view(_SCRATCH[4])
+def _renew_scratch(scratch: list, block_size: int, float_entries: int) -> None:
+    """Make a thread's `scratch` fit a block size (per-room counts for jump_terms, which zeroes them)
+    and at least `float_entries` float64 (suffix sums and products)."""
+    if scratch[0] != block_size:
+        scratch[0], scratch[1] = block_size, typed_view(np.zeros(block_size, dtype=np.int64))
+    if scratch[2] < float_entries:
+        size = max(float_entries, 2 * scratch[2], 256)
+        scratch[2], scratch[3] = size, float_view(np.zeros(size))
+        scratch[4] = np.zeros(size)
+        scratch[5] = float_view(scratch[4])
 
 
 def _stepped_integral(
@@ -141,9 +156,9 @@ def paged_breakdown_integral(
     # cast. internal: the tail of the block holding the final token (final_tail_tokens, (-final) % bs),
     # from the first iteration holding that block (min_start: steps when nobody holds or reaches it).
     lengths, _, _, num_blocks, _, final, block_from, tail, _ = alloc._views or alloc._make_views()
-    scratch = _SCRATCH
+    scratch = _SCRATCH.slots
     if scratch[0] != bs or scratch[2] < steps + 1 + growing:  # inline: this runs on every jump
-        _renew_scratch(bs, steps + 1 + growing)
+        _renew_scratch(scratch, bs, steps + 1 + growing)
     # the first `steps` entries of the kept array; the compiled loop writes them through the kept view,
     # the Python one (NumPy's accumulate, by shape) into this slice
     appended = scratch[4][:steps]
