@@ -45,7 +45,7 @@ bootstrap_pip = $(PY) -P -c "import ensurepip, pathlib, subprocess, sys; \
 $(STAMP): pyproject.toml
 # No `pip install --upgrade pip` (~3 s before anything else can start): the pip that ensurepip bundles
 # (23.2 with Python 3.11.7) does everything below, editable installs (PEP 660) with build isolation
-# included. The venv is made without it and pip is bootstrapped from that wheel (bootstrap_pip, below):
+# included. The venv is made without it and pip is bootstrapped from that wheel (bootstrap_pip, above):
 # Python 3.11's `python -m venv` also installs setuptools 65, which nothing here uses (pip's isolated
 # build brings its own setuptools, the `dev` extra and the core's rebuild theirs), and byte-compiles
 # both; this step runs alone, before anything else can start.
@@ -59,7 +59,7 @@ $(STAMP): pyproject.toml
 	$(PY) -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]))' \
 	  > $(VENV)/requirements-run.txt
 # When the dependencies are in, and while the core still compiles, the modules of theirs that the demo
-# imports are byte-compiled by importing them (prewarm, below), on the CPU time the build leaves idle
+# imports are byte-compiled by importing them (prewarm, above), on the CPU time the build leaves idle
 # (pip's serial steps, the tail of gcc's parallel build) or shared with it; a failed import is ignored.
 	{ $(PY) -m pip install -q --no-compile -r $(VENV)/requirements-run.txt && { $(prewarm) || true; }; } & deps=$$!; \
 	  $(PY) -m pip install -q --no-deps -e .; built=$$?; wait $$deps && test $$built -eq 0
