@@ -675,17 +675,8 @@ class PagedAllocator(AllocatorBase):
             return "demand_exceeds_capacity"
         return ""
 
-    @cython.locals(state=PagedState)
     def admit(self, seq: SeqSpec) -> bool:
-        state = self._state
-        if self._views is None:  # the state's views are fresh from here on
-            self._make_views()
-        sid = seq.seq_id
-        # seq_arrays.check_new_seq, on the view (an uncompiled call on every admission)
-        if sid < 0:
-            raise RuntimeError(f"seq id must be >= 0, got {sid}")
-        if sid < state.live.shape[0] and state.live[sid]:
-            raise RuntimeError(f"seq id {sid} is already live in {self.name}")
+        check_new_seq(self, seq.seq_id)
         if self.max_model_len is not None and seq.prompt_tokens > self.max_model_len:
             return False
         if not _has_named_content(seq):
@@ -1227,10 +1218,9 @@ class PagedAllocator(AllocatorBase):
 
     @cython.locals(state=PagedState)
     def release(self, seq_id: int) -> None:
+        check_live_seq(self, seq_id)
         state = self._state
         views = self._views or self._make_views()  # the state's views are fresh from here on
-        if not (0 <= seq_id < state.live.shape[0] and state.live[seq_id]):  # check_live_seq, on the view
-            raise RuntimeError(f"seq id {seq_id} is not live in {self.name}")
         count = int(state.num_blocks[seq_id])
         slot = int(state.slots[seq_id])
         if self._tier_prefilling:

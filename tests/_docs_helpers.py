@@ -6,6 +6,7 @@ Why a helper: the docs tests read the commands and regions through the same code
 from __future__ import annotations
 
 import importlib.util
+import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -26,3 +27,15 @@ def load_docs_module(name: str) -> ModuleType:
     sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
+
+
+def makefile_variable(name: str) -> list[str]:
+    """The words of the Makefile's variable `name` as make expands it (a rule added with --eval)."""
+    show = f"print-variable: ; @echo $({name})"
+    return subprocess.run(
+        ["make", "-s", "--no-print-directory", f"--eval={show}", "print-variable"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()

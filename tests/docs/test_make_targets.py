@@ -15,6 +15,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from _docs_helpers import makefile_variable
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -85,14 +86,7 @@ def test_the_demo_prewarm_imports_exist() -> None:
     ignoring a failed import so that the install never fails for it: a renamed module must fail here."""
     if shutil.which("make") is None:
         pytest.skip("make is not installed")
-    show = "print-demo-imports: ; @echo $(DEMO_IMPORTS)"
-    listed = subprocess.run(
-        ["make", "-s", "--no-print-directory", f"--eval={show}", "print-demo-imports"],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.split()
+    listed = makefile_variable("DEMO_IMPORTS")
     assert {"numpy", "pandas", "matplotlib.pyplot", "pydantic.main", "typer.main"} <= set(listed)
     assert not any(name.split(".")[0] in {"sim", "allocators", "workloads", "gpu"} for name in listed)
     code = "import importlib, sys; [importlib.import_module(m) for m in sys.argv[1:]]"
