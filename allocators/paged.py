@@ -47,6 +47,8 @@ from allocators.seq_kernels import (
     grow_quiet,
     lean_append,
     longest_length,
+    pop_into_row,
+    release_row_to_tail,
     typed_view,
 )
 
@@ -391,6 +393,88 @@ class PagedState:
         if not cython.compiled:  # a Python int, as from C: it goes into the running totals
             return int(never)
         return never
+
+    @cython.cfunc
+    @cython.locals(
+        slot=cython.Py_ssize_t,
+        count=cython.Py_ssize_t,
+        head=cython.Py_ssize_t,
+        evicted=list,
+        index=cython.Py_ssize_t,
+        block=cython.Py_ssize_t,
+    )
+    def pop_into_row(self, slot: int, count: int, head: int, evicted: list[int]) -> None:
+        """The pool's pop of `count` blocks from entries[head:] into table[slot, :count] (in_queue
+        cleared, refcount 1, a cached block's has_key cleared and the block appended to `evicted`, in
+        order): `seq_kernels.pop_into_row` on the views kept here (`PagedAllocator._admit_plain` when the
+        queue's head is clean).
+
+        Why here: called from seq_kernels, the loop acquired five typed views per admission (~5,000
+        instructions with the call's argument parsing, callgrind); these views are C fields already.
+        As Python it is that function's NumPy branch, on the same arrays.
+        """
+        if not cython.compiled:
+            pop_into_row(
+                self.entries,
+                self.in_queue,
+                self.refcount,
+                self.has_key,
+                head,
+                count,
+                self.table,
+                slot,
+                evicted,
+            )
+            return
+        for index in range(count):
+            block = self.entries[head + index]
+            self.in_queue[block] = 0
+            self.refcount[block] = 1
+            if self.has_key[block]:
+                self.has_key[block] = 0
+                evicted.append(block)
+            self.table[slot, index] = block
+
+    @cython.cfunc
+    @cython.locals(
+        seq_id=cython.Py_ssize_t,
+        tail=cython.Py_ssize_t,
+        slot=cython.Py_ssize_t,
+        index=cython.Py_ssize_t,
+        num_freed=cython.Py_ssize_t,
+        block=cython.Py_ssize_t,
+        left=cython.int,
+    )
+    def release_row_to_tail(self, seq_id: int, tail: int) -> int:
+        """A released sequence's block-table row, last block first: emptied (-1), one reference dropped
+        from each block, the freed ones pushed at the pool's entries[tail:] (in_queue 1); returns how
+        many were freed. `seq_kernels.release_row_to_tail` on the views kept here
+        (`PagedAllocator.release` when the pool's fast release applies: no caching, no stale entries).
+
+        Why here: the same reason as `pop_into_row` (four typed views acquired per release).
+        """
+        slot = self.slots[seq_id]
+        if not cython.compiled:
+            return release_row_to_tail(
+                self.table,
+                slot,
+                int(self.num_blocks[seq_id]),
+                self.refcount,
+                self.entries,
+                self.in_queue,
+                tail,
+            )
+        num_freed = 0
+        for index in range(self.num_blocks[seq_id] - 1, -1, -1):
+            block = self.table[slot, index]
+            self.table[slot, index] = -1
+            left = self.refcount[block] - 1
+            self.refcount[block] = left
+            if left == 0:
+                self.entries[tail + num_freed] = block
+                self.in_queue[block] = 1
+                num_freed += 1
+        return num_freed
 
 
 def _restored_state(stored_tokens: int, held_slots: int, never_tokens: int, num_live: int) -> PagedState:
@@ -800,9 +884,22 @@ class PagedAllocator(AllocatorBase):
         if prompt_blocks > self._tables.shape[1]:
             self._ensure_columns(prompt_blocks)
         slot = self._take_slot(sid)  # may grow self._tables: views after
-        views = self._views or self._make_views()
-        if not pool.allocate_into_row(views[8], slot, prompt_blocks):  # stale queue head: in arrays
+        if self._views is None:  # the state's views are fresh from here on
+            self._make_views()
+        queue = pool.queue
+        head = queue._head
+        if (
+            queue._num_stale and not queue.head_is_clean(prompt_blocks)
+        ) or prompt_blocks > queue._tail - head:
+            # stale head entries (or too few entries: `allocate` raises): the pool's general pop
             self._tables[slot, :prompt_blocks] = pool.allocate(prompt_blocks)
+        else:  # `BlockPool.allocate_into_row`'s pass, on the state's views
+            evicted: list[int] = []
+            state.pop_into_row(slot, prompt_blocks, head, evicted)
+            queue._head = head + prompt_blocks
+            queue.num_free -= prompt_blocks
+            if evicted:
+                pool._forget_evicted(evicted)
         final = seq.final_tokens
         if self.cpu_tier is not None:  # nothing named, nothing to store: the lookup still counts
             self.cpu_tier.record_admission(seq.prompt_tokens, 0, 0)
@@ -1230,9 +1327,24 @@ class PagedAllocator(AllocatorBase):
         elif self._tier_next_block:
             self._tier_next_block.pop(seq_id, None)
         # the row's blocks go back to the pool tail first (evicted first), and the row is emptied (-1)
-        freed = self.pool.release_row(views[8], slot, count, bool(self._block_content))
-        if self._block_content:  # as _drop_content, without the call when nothing is named
-            self._drop_content(freed)
+        pool = self.pool
+        queue = pool.queue
+        tail = queue._tail
+        if (
+            self._block_content
+            or pool.enable_caching
+            or queue._num_stale
+            or queue._stamps_raised
+            or pool._block_by_key
+            or tail + count > queue._entries.shape[0]
+        ):
+            freed = pool.release_row(views[8], slot, count, bool(self._block_content))
+            if self._block_content:  # as _drop_content, without the call when nothing is named
+                self._drop_content(freed)
+        else:  # `BlockPool.release_row`'s one typed pass (nothing named or cached), on the state's views
+            num_freed = state.release_row_to_tail(seq_id, tail)
+            queue._tail = tail + num_freed
+            queue.num_free += num_freed
         self._free_slots.append(slot)
         if self._num_cow_flagged and self.cow_flag.item(seq_id):
             self.cow_flag[seq_id] = False
