@@ -175,3 +175,43 @@ def test_the_default_policy_has_no_auto_preemption_mode() -> None:
     requests = make_requests([0.0], [10], [5])
     with pytest.raises(ValueError, match="preemption_mode must be one of recompute, swap"):
         _scheduler(requests, FakeSlab(1000), preemption_mode="auto")
+
+
+def test_decode_ids_follow_the_decode_set_through_finishes_and_preemptions() -> None:
+    # Compiled, `decode_ids` copies ids kept in step with `decode` (`_ids_append` / `_ids_remove`); as
+    # Python it reads the dict. Either way: the dict's keys in its order, a new array when the set
+    # changes, through starts, finishes (in `complete`) and preemptions (`_stop_decode`), with seq ids reused.
+    rng = np.random.default_rng(7)
+    count = 40
+    requests = make_requests(
+        [0.0] * count, rng.integers(4, 40, count).tolist(), rng.integers(1, 30, count).tolist()
+    )
+    sched = _scheduler(requests, FakePaged(320, block_size=4), max_num_seqs=12)
+    _enqueue_all(sched, count)
+    now, preempted, previous = 0.0, 0, None
+    while not sched.idle:
+        plan = sched.schedule(now)
+        now += 0.1
+        sched.complete(1, plan, now)
+        preempted += sched.preempted
+        ids = sched.decode_ids()
+        assert ids.dtype == np.int64 and ids.tolist() == list(sched.decode)
+        if previous is not None and previous.tolist() != ids.tolist():
+            assert ids is not previous and not np.shares_memory(ids, previous)
+        previous = ids
+    assert preempted > 0  # the small cache preempted someone: `_stop_decode` ran
+
+
+def test_decode_ids_past_the_kept_buffer() -> None:
+    # more decoding sequences than the compiled scheduler's first id buffer (256) holds: it grows in place
+    count = 300
+    requests = make_requests([0.0] * count, [4] * count, [3 + req % 5 for req in range(count)])
+    sched = _scheduler(requests, FakeSlab(100_000), max_num_seqs=count, max_num_batched_tokens=10_000)
+    _enqueue_all(sched, count)
+    now = 0.0
+    while not sched.idle:
+        plan = sched.schedule(now)
+        now += 0.1
+        sched.complete(1, plan, now)
+        assert sched.decode_ids().tolist() == list(sched.decode)
+    assert sched.decode_ids().size == 0
