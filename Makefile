@@ -14,6 +14,9 @@ DEV_STAMP := $(VENV)/.installed-dev-$(PYPROJECT_HASH)
 # finder checks each source's sha256), this only keeps the fast path built.
 CORE_SOURCES := $(shell sed -nE 's/^    "((allocators|sim)\.[a-z0-9_.]*)",$$/\1/p' allocators/compiled.py 2>/dev/null | tr . / | sed 's/$$/.py/')
 CORE := allocators/_compiled_core.json
+# Cython's shared utility module (allocators/compiled.py SHARED_MODULE): an extension without a .py source
+# that every listed extension imports; built and recorded with them.
+SHARED_CORE := $(shell sed -nE 's/^SHARED_MODULE = "([a-z0-9_.]*)"$$/\1/p' allocators/compiled.py 2>/dev/null | tr . /)
 
 .PHONY: demo test bench calibrate docs notebooks lint venv clean
 
@@ -84,7 +87,8 @@ $(DEV_STAMP): $(STAMP)
 # alone gets them here, from the package index), so after `make test` it needs no index; if it fails anyway
 # the edited modules run as Python (the finder's hash check), never stale code.
 $(CORE): setup.py allocators/compiled.py $(CORE_SOURCES) | $(STAMP)
-	$(PY) -c "import Cython, wheel, setuptools" 2>/dev/null || $(PY) -m pip install -q 'Cython>=3.0' wheel setuptools \
+	$(PY) -c "import Cython, wheel, setuptools; assert tuple(map(int, Cython.__version__.split('.')[:2])) >= (3, 1)" 2>/dev/null \
+	  || $(PY) -m pip install -q 'Cython>=3.1' wheel setuptools \
 	  || echo "warning: no Cython to rebuild the compiled core with"
 	$(PY) -m pip install -q --no-deps --no-build-isolation -e . \
 	  || echo "warning: the compiled core was not rebuilt; edited modules run as Python (run make venv again)"
@@ -127,4 +131,4 @@ lint: $(DEV_STAMP)
 
 clean:
 # the compiled core: only the extensions of the listed modules (what setup.py builds), and its record
-	rm -rf $(VENV) .pytest_cache .hypothesis build $(CORE) $(foreach src,$(CORE_SOURCES),$(basename $(src)).*.so)
+	rm -rf $(VENV) .pytest_cache .hypothesis build $(CORE) $(foreach src,$(CORE_SOURCES),$(basename $(src)).*.so) $(SHARED_CORE).*.so

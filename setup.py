@@ -61,6 +61,10 @@ def _switch_constant(name: str) -> object:
 
 COMPILED_MODULES: tuple[str, ...] = tuple(_switch_constant("COMPILED_MODULES"))  # type: ignore[arg-type]
 MANIFEST_NAME = str(_switch_constant("MANIFEST_NAME"))
+# Cython's shared utility module: one extension holds the utility code (typed memoryviews, the cyfunction
+# type, extension-type and pickling helpers) that each listed module would otherwise carry its own copy of.
+# Measured in docs/compiled_core.md "Build time": ... of gcc CPU for the 13 modules.
+SHARED_MODULE = str(_switch_constant("SHARED_MODULE"))
 
 
 def _source(module: str) -> Path:
@@ -113,11 +117,13 @@ class OptionalBuildExt(build_ext):
         # setuptools turns `inplace` off while it builds, then copies the results into the tree
         self.in_place = bool(self.inplace or getattr(self, "editable_mode", False))
         self.hashes = {m: _sha256(_source(m)) for m in COMPILED_MODULES}  # hashed before translating
+        self.hashes[SHARED_MODULE] = ""  # no source: Cython's version and the directives (build_key) make it
         self.build_key = {
             "cython": "",
             "directives": {k: str(v) for k, v in DIRECTIVES.items()},
             "compile_args": COMPILE_ARGS,
             "ext_suffix": sysconfig.get_config_var("EXT_SUFFIX"),
+            "shared_module": SHARED_MODULE,  # C generated without it (or with another) must not be reused
         }
         self.built: list[str] = []
         self.previous = _read_json(self._manifest_path())
@@ -138,18 +144,23 @@ class OptionalBuildExt(build_ext):
             import Cython
             from Cython.Build import cythonize
         except ImportError:
-            _warn("Cython is not installed (it is a build requirement; pip install Cython>=3.0)")
+            _warn("Cython is not installed (it is a build requirement; pip install Cython>=3.1)")
             return {}
         self.build_key["cython"] = Cython.__version__
+        if tuple(int(part) for part in Cython.__version__.split(".")[:2] if part.isdigit()) < (3, 1):
+            _warn(f"Cython {Cython.__version__} has no shared utility module (pip install Cython>=3.1)")
+            return {}
         # A .c file generated from another version of its source, or by another Cython or directives,
         # is removed so that it is generated again: Cython itself only compares modification times.
         record = _read_json(ROOT / C_RECORD)
         generated_from = record.get("modules", {}) if record.get("build_key") == self.build_key else {}
-        for module in COMPILED_MODULES:
+        for module in (*COMPILED_MODULES, SHARED_MODULE):
             c_file = ROOT / C_DIR / _source(module).with_suffix(".c")
             if c_file.exists() and generated_from.get(module) != self.hashes[module]:
                 c_file.unlink()
         modules = [Extension(m, [str(_source(m))], extra_compile_args=COMPILE_ARGS) for m in COMPILED_MODULES]
+        # no sources: cythonize generates the shared module's C in C_DIR (allocators/_cyutility.c)
+        modules.append(Extension(SHARED_MODULE, [], extra_compile_args=COMPILE_ARGS))
         failures: dict[str, str] = {}
         try:
             extensions = self._translate(cythonize, modules, nthreads=os.cpu_count() or 1)
@@ -164,6 +175,9 @@ class OptionalBuildExt(build_ext):
                 except Exception as exc:
                     failures[module.name] = f" ({type(exc).__name__}: {exc})"
         done = {ext.name for ext in extensions}
+        if SHARED_MODULE not in done:  # every module imports it: none of them can run without it
+            _warn(f"Cython could not generate {SHARED_MODULE}{failures.get(SHARED_MODULE, '')}")
+            done = set()
         for module in COMPILED_MODULES:
             if module not in done:
                 _warn(f"Cython could not translate {module}{failures.get(module, '')}")
@@ -176,7 +190,12 @@ class OptionalBuildExt(build_ext):
     def _translate(cythonize: object, modules: list[Extension], nthreads: int) -> list[Extension]:
         """Cython's translation of `modules` to C in C_DIR; raises when any of them fails."""
         return cythonize(  # type: ignore[operator]
-            modules, build_dir=str(C_DIR), compiler_directives=DIRECTIVES, nthreads=nthreads, quiet=True
+            modules,
+            build_dir=str(C_DIR),
+            compiler_directives=DIRECTIVES,
+            nthreads=nthreads,
+            quiet=True,
+            shared_utility_qualified_name=SHARED_MODULE,
         )
 
     def _manifest_path(self) -> Path:
@@ -213,7 +232,8 @@ class OptionalBuildExt(build_ext):
         path = self._manifest_path()
         path.parent.mkdir(parents=True, exist_ok=True)
         modules = {}
-        for m in COMPILED_MODULES:
+        # the listed modules' extensions import the shared module: without it none of them is recorded
+        for m in (SHARED_MODULE, *COMPILED_MODULES) if SHARED_MODULE in self.built else ():
             built = Path(self.get_ext_fullpath(m))  # where build_extension put it (copied as is in place)
             if m in self.built and built.is_file():
                 modules[m] = {
@@ -223,14 +243,18 @@ class OptionalBuildExt(build_ext):
                 }
         manifest = {"cython": self.build_key["cython"], "build_key": self.build_key, "modules": modules}
         path.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
-        print(f"kvsim compiled core: {len(modules)} of {len(COMPILED_MODULES)} modules compiled ({path})")
+        if SHARED_MODULE not in self.built:
+            _warn(f"{SHARED_MODULE} was not compiled, and every compiled module imports it")
+        listed = len(modules) - (SHARED_MODULE in modules)
+        print(f"kvsim compiled core: {listed} of {len(COMPILED_MODULES)} modules compiled ({path})")
 
 
 if __name__ == "__main__":  # setuptools runs this file as __main__; tests import it to read the list
     setup(
         # placeholders: OptionalBuildExt.run puts in the C sources that Cython generates
         ext_modules=[
-            Extension(m, [str(_source(m))], extra_compile_args=COMPILE_ARGS) for m in COMPILED_MODULES
+            Extension(m, [str(_source(m))], extra_compile_args=COMPILE_ARGS)
+            for m in (*COMPILED_MODULES, SHARED_MODULE)
         ],
         cmdclass={"build_ext": OptionalBuildExt},
     )

@@ -46,6 +46,12 @@ COMPILED_MODULES: tuple[str, ...] = (
     "sim.cost.model",
 )
 
+# Cython's shared utility module (Cython >= 3.1): the code every compiled module would otherwise carry its
+# own copy of (typed memoryviews, the cyfunction type, ...), built once by setup.py as its own extension.
+# Each listed extension imports it, so none of them is loaded unless it is the very file the same build
+# recorded (docs/compiled_core.md "Build time").
+SHARED_MODULE = "allocators._cyutility"
+
 _PACKAGES = frozenset({"allocators", "sim"})  # the packages whose modules may be compiled
 MANIFEST_NAME = "_compiled_core.json"  # written by setup.py next to this file
 PURE_ENV = "KVSIM_PURE"  # KVSIM_PURE=1: run the .py sources even where extensions are built
@@ -96,6 +102,19 @@ def _is_recorded_extension(extension: Path, entry: Mapping[str, object]) -> bool
     )
 
 
+def _shared_extension(root: Path, recorded: Mapping[str, object]) -> Path | None:
+    """The shared utility module's extension when it is the file the build recorded, else None.
+
+    It has no .py source: the record's name and sha256 of the extension are what ties it to the build
+    that compiled the listed modules against it (same Cython, same directives).
+    """
+    _, extension = _module_files(SHARED_MODULE, root)
+    entry = recorded.get(SHARED_MODULE)
+    if extension is None or not isinstance(entry, dict) or not _is_recorded_extension(extension, entry):
+        return None
+    return extension
+
+
 class CoreState:
     """Which listed modules load compiled, and why the others do not: decided once per process.
 
@@ -116,6 +135,7 @@ class CoreState:
         self.compiled: dict[str, Path] = {}  # module -> extension file to load
         self.not_built: list[str] = []  # no extension, or built without a record (compile failed)
         self.stale: list[str] = []  # an extension built from another version of the source
+        self.shared: Path | None = _shared_extension(self.root, recorded)
         for name in COMPILED_MODULES:
             source, extension = _module_files(name, self.root)
             entry = recorded.get(name)
@@ -127,6 +147,10 @@ class CoreState:
                 self.stale.append(name)  # built by another interpreter or copied in: not this build's
             elif not self.pure_forced:
                 self.compiled[name] = extension
+        if self.compiled and self.shared is None:
+            # every extension imports the shared module: without a trusted one none of them can load
+            self.stale.append(SHARED_MODULE)
+            self.compiled = {}
 
     def describe(self) -> str:
         """One line for `kvsim --version`: the active path and, for any pure module, why."""
@@ -166,6 +190,8 @@ class CompiledCoreFinder(importlib.abc.MetaPathFinder):
     ) -> importlib.machinery.ModuleSpec | None:
         if fullname.partition(".")[0] not in _PACKAGES:
             return None
+        if fullname == SHARED_MODULE:
+            return self._shared_spec()
         source, extension = _module_files(fullname, self.state.root)
         if fullname in COMPILED_MODULES and fullname in self.state.compiled:
             extension = self.state.compiled[fullname]
@@ -177,6 +203,18 @@ class CompiledCoreFinder(importlib.abc.MetaPathFinder):
             return None  # not in this tree (an unusual layout): the usual finders decide
         loader = importlib.machinery.SourceFileLoader(fullname, str(source))
         return importlib.util.spec_from_file_location(fullname, str(source), loader=loader)
+
+    def _shared_spec(self) -> importlib.machinery.ModuleSpec:
+        """The recorded shared utility extension, never another (it has no source to fall back on)."""
+        extension = self.state.shared
+        if extension is None or not self.state.compiled:
+            raise ModuleNotFoundError(
+                f"{SHARED_MODULE}: no compiled module of this build uses it", name=SHARED_MODULE
+            )
+        loader = importlib.machinery.ExtensionFileLoader(SHARED_MODULE, str(extension))
+        spec = importlib.util.spec_from_file_location(SHARED_MODULE, str(extension), loader=loader)
+        assert spec is not None
+        return spec
 
 
 def _installed() -> CompiledCoreFinder | None:

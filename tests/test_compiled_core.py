@@ -134,7 +134,14 @@ def _fake_tree(root: Path) -> tuple[Path, Path, dict]:
         "extension": extension.name,
         "extension_sha256": compiled.source_sha256(extension),
     }
-    manifest = {"cython": "3.test", "modules": {NAME: entry}}
+    shared = source.with_name(f"{compiled.SHARED_MODULE.rpartition('.')[2]}{SUFFIX}")
+    shared.write_bytes(b"stand-in for Cython's shared utility module")
+    shared_entry = {
+        "sha256": "",
+        "extension": shared.name,
+        "extension_sha256": compiled.source_sha256(shared),
+    }
+    manifest = {"cython": "3.test", "modules": {NAME: entry, compiled.SHARED_MODULE: shared_entry}}
     return source, extension, manifest
 
 
@@ -173,6 +180,37 @@ def test_an_extension_the_build_did_not_record_is_not_loaded(tmp_path: Path) -> 
     manifest["modules"][NAME]["extension"] = "paged.cpython-399-other.so"
     extension.write_bytes(b"stand-in: never loaded by these tests")
     assert compiled.CoreState(environ={}, root=tmp_path, manifest=manifest).stale == [NAME]
+
+
+def test_the_shared_utility_module_is_loaded_as_recorded(tmp_path: Path) -> None:
+    _, _, manifest = _fake_tree(tmp_path)
+    state = compiled.CoreState(environ={}, root=tmp_path, manifest=manifest)
+    shared = manifest["modules"][compiled.SHARED_MODULE]["extension"]
+    origin = (str(tmp_path / "allocators" / shared), importlib.machinery.ExtensionFileLoader)
+    assert _origin(state, compiled.SHARED_MODULE) == origin
+
+
+@pytest.mark.parametrize("damage", ["unrecorded", "replaced", "missing"])
+def test_without_the_recorded_shared_module_no_extension_is_loaded(tmp_path: Path, damage: str) -> None:
+    """Every extension imports Cython's shared utility module, which has no source to fall back to: when
+    it is not the file the build recorded, every listed module runs as its source, and it is not loaded."""
+    source, _, manifest = _fake_tree(tmp_path)
+    entry = manifest["modules"][compiled.SHARED_MODULE]
+    shared = source.with_name(entry["extension"])
+    if damage == "unrecorded":
+        del manifest["modules"][compiled.SHARED_MODULE]
+    elif damage == "replaced":
+        shared.write_bytes(b"another build's shared module")
+    else:
+        shared.unlink()
+    state = compiled.CoreState(environ={}, root=tmp_path, manifest=manifest)
+    assert state.compiled == {} and state.stale == [compiled.SHARED_MODULE]
+    assert _origin(state) == (str(source), importlib.machinery.SourceFileLoader)
+    assert state.describe() == (
+        f"pure Python (compiled core stale for {compiled.SHARED_MODULE}: {compiled.REBUILD_HINT})"
+    )
+    with pytest.raises(ModuleNotFoundError):
+        compiled.CompiledCoreFinder(state).find_spec(compiled.SHARED_MODULE)
 
 
 def test_kvsim_pure_forces_the_source(tmp_path: Path) -> None:
@@ -288,3 +326,14 @@ def test_setup_py_compiles_the_largest_c_first(tmp_path: Path) -> None:
 def test_the_makefile_rebuilds_on_every_listed_source() -> None:
     expected = [str(Path(*name.split(".")).with_suffix(".py")) for name in compiled.COMPILED_MODULES]
     assert makefile_variable("CORE_SOURCES") == expected
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+def test_the_makefile_names_the_shared_utility_module() -> None:
+    """`make clean` removes its extension too; setup.py reads the same constant."""
+    assert makefile_variable("SHARED_CORE") == [compiled.SHARED_MODULE.replace(".", "/")]
+    spec = importlib.util.spec_from_file_location("kvsim_setup", REPO / "setup.py")
+    assert spec is not None and spec.loader is not None
+    setup_py = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(setup_py)
+    assert setup_py.SHARED_MODULE == compiled.SHARED_MODULE
