@@ -63,7 +63,7 @@ COMPILED_MODULES: tuple[str, ...] = tuple(_switch_constant("COMPILED_MODULES")) 
 MANIFEST_NAME = str(_switch_constant("MANIFEST_NAME"))
 # Cython's shared utility module: one extension holds the utility code (typed memoryviews, the cyfunction
 # type, extension-type and pickling helpers) that each listed module would otherwise carry its own copy of.
-# Measured in docs/compiled_core.md "Build time": ... of gcc CPU for the 13 modules.
+# docs/compiled_core.md "Build time": 475,300 -> 376,500 lines of C, 82 -> 62 s of serial gcc CPU.
 SHARED_MODULE = str(_switch_constant("SHARED_MODULE"))
 
 

@@ -337,3 +337,36 @@ def test_the_makefile_names_the_shared_utility_module() -> None:
     setup_py = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(setup_py)
     assert setup_py.SHARED_MODULE == compiled.SHARED_MODULE
+
+
+def _manifest_after_build(tmp_path: Path, built: list[str]) -> dict:
+    """The build record setup.py writes when `built` are the extensions that compiled (stand-in files)."""
+    from setuptools import Distribution
+
+    spec = importlib.util.spec_from_file_location("kvsim_setup", REPO / "setup.py")
+    assert spec is not None and spec.loader is not None
+    setup_py = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(setup_py)
+    names = (*setup_py.COMPILED_MODULES, setup_py.SHARED_MODULE)
+    dist = Distribution({"ext_modules": [setup_py.Extension(m, ["stand-in.c"]) for m in names]})
+    cmd = setup_py.OptionalBuildExt(dist)
+    cmd.initialize_options()
+    cmd.build_lib = str(tmp_path)
+    cmd.finalize_options()
+    cmd.in_place = False
+    cmd.hashes = {m: "sha" for m in names}
+    cmd.build_key = {"cython": "3.test"}
+    cmd.built = list(built)
+    for name in built:
+        extension = Path(cmd.get_ext_fullpath(name))
+        extension.parent.mkdir(parents=True, exist_ok=True)
+        extension.write_bytes(name.encode())
+    cmd._write_manifest()
+    return json.loads((tmp_path / "allocators" / compiled.MANIFEST_NAME).read_text())
+
+
+def test_setup_py_records_no_module_when_the_shared_utility_module_did_not_compile(tmp_path: Path) -> None:
+    """Each extension imports the shared module: recorded without it, none could load."""
+    with_shared = _manifest_after_build(tmp_path / "a", [NAME, compiled.SHARED_MODULE])
+    assert sorted(with_shared["modules"]) == sorted([NAME, compiled.SHARED_MODULE])
+    assert _manifest_after_build(tmp_path / "b", [NAME])["modules"] == {}
