@@ -71,22 +71,22 @@ FP8_SPAN_RATIOS = [
 # 128-in/4-out rows are the API-server loop's (sim/cost/output_path.py, server.py interleaved_leave_s):
 # before it, -96 % / -60 % on TPOT and -45 % / -48 % on TTFT.
 PUBLISHED = {
-    "q8-h100-sg-c1": (4.11, -1.58, -4.75),
-    "q8-h100-sg-c8": (5.45, -6.34, -3.95),
-    "q14-h100-sg": (22.37, -9.08, -6.89),
-    "q14-h100-r128": (7.41, -9.49, 2.21),
-    "q14-a100-sg": (15.05, -10.62, -9.77),
-    "q14-a100-r128": (-11.56, 7.68, 23.20),
+    "q8-h100-sg-c1": (4.09, -1.3, -4.74),
+    "q8-h100-sg-c8": (5.25, -5.81, -3.75),
+    "q14-h100-sg": (15.76, -6.24, -0.41),
+    "q14-h100-r128": (3.97, -7.5, 9.54),
+    "q14-a100-sg": (20.62, -15.1, -15.87),
+    "q14-a100-r128": (-5.83, 2.88, 11.24),
     # One GPU, ~61 GiB of weights: KV space decides the batch, so these pin the start-up profile's
     # reserve (sim/scenario/memory_profile.py) with the API-server loop's terms (sim/cost/output_path.py)
-    "q32-h100-sg": (25.49, -19.86, -5.81),
-    "q32-a100-sg": (0.24, -5.60, 10.30),
+    "q32-h100-sg": (16.61, -13.57, 3.94),
+    "q32-a100-sg": (2.42, -7.89, 7.05),
 }
 # H100/A100 request-throughput ratios of the pairs above: (label, measured, simulated).
 RATIOS = [
-    ("Qwen3-14B ShareGPT_V3 (vllm bench / benchmark_serving)", 1.681, 1.788),
-    ("Qwen3-14B random fixed 128 in / 4 out", 1.179, 1.432),
-    ("Qwen3-32B ShareGPT_V3 (vllm bench / benchmark_serving)", 1.359, 1.702),
+    ("Qwen3-14B ShareGPT_V3 (vllm bench / benchmark_serving)", 1.681, 1.614),
+    ("Qwen3-14B random fixed 128 in / 4 out", 1.179, 1.302),
+    ("Qwen3-32B ShareGPT_V3 (vllm bench / benchmark_serving)", 1.359, 1.548),
 ]
 
 
