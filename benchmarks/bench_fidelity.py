@@ -188,7 +188,10 @@ def refit(folder: Path) -> None:
             f"{gpu} earlier script, shipped GPU-side terms + own front end and stream (EARLIER_TERMS)", result
         )
         print(f"    EARLIER_TERMS[{gpu!r}] = {values}")
-    print(_medians_line("all, each held out", [*shipped_held_out, *earlier_held_out]))
+    held_out = [*shipped_held_out, *earlier_held_out]
+    print("Each file held out of the fit of the terms it is replayed with (signed % error):")
+    print(many_files_table(held_out))
+    print(_medians_line("all, each held out", held_out))
 
 
 def main() -> None:

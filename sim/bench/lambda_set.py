@@ -101,12 +101,12 @@ EARLIER_GRID: dict[str, tuple[float, ...]] = {
 EARLIER_TERMS: dict[str, dict[str, float]] = {
     "A100-80GB": {
         "frontend_s": 0.0,
-        "frontend_service_s": 0.001,
+        "frontend_service_s": 0.002,
         "stream_chunk_s": 300e-6,
         "frontend_turn_share": 1.0,
     },
     "H100-80GB": {
-        "frontend_s": 0.174,
+        "frontend_s": 0.215,
         "frontend_service_s": 0.002,
         "stream_chunk_s": 150e-6,
         "frontend_turn_share": 0.5,

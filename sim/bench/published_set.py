@@ -43,7 +43,7 @@ QWEN3_CONFIGS: dict[str, dict[str, Any]] = {
 # loop's time per request-output.
 PUBLISHED_GRID: dict[str, tuple[float, ...]] = {
     "frontend_service_s": (0.01, 0.015, 0.02, 0.03),
-    "flops_efficiency_scale": (0.35, 0.45, 0.6, 0.8, 1.0),
+    "flops_efficiency_scale": (0.35, 0.45, 0.5, 0.6, 0.8, 1.0),
     "overhead_scale": (1.0,),
     "frontend_turn_share": (0.25, 0.5, 1.0),
     "output_service_s": (0.0, 1e-4),

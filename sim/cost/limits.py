@@ -47,7 +47,7 @@ def largest_step_terms_s(cost: CostModel, scenario: Scenario) -> dict[str, float
             cost.attention_compute_time_s(tokens * keys_per_token)
         ),
         "linear layers (fitted to gpu.peak_flops and gpu.hbm_bandwidth_bytes_per_s)": float(
-            cost.linear_time_s(tokens + seqs)
+            cost.linear_time_s(tokens + seqs, seqs)
         ),
         "all-reduce (tensor_parallel_size)": float(cost.all_reduce_time_s(tokens + seqs)),
         "swap (gpu.pcie_bandwidth_bytes_per_s)": float(cost.swap_time_s(context)),

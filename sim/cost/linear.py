@@ -95,6 +95,34 @@ def _compute_params(model: Any) -> int:
     return int(model.compute_params)
 
 
+def lm_head_params(model: Any) -> int:
+    """Weights of the LM head (vocabulary x hidden); 0 when the model has no vocabulary (older presets).
+
+    Why separate: vLLM multiplies the LM head only for the positions it samples, not for every token
+    of the batch. v0.5.4's `LogitsProcessor.forward` (vllm/model_executor/layers/logits_processor.py)
+    first runs `_prune_hidden_states`, `hidden_states.index_select(0,
+    sampling_metadata.selected_token_indices)` (each prompt's last position and each decoding
+    sequence's one token), then `_get_logits` (the matmul with `lm_head.weight`, vocabulary split over
+    the TP ranks by `ParallelLMHead`, then gathered).
+    """
+    vocab = getattr(model, "vocab_size", None)
+    return 0 if vocab is None else int(vocab) * int(model.hidden_size)
+
+
+def per_token_compute_params(model: Any) -> int:
+    """Parameters every batch token multiplies: `_compute_params` less the embedding table and the
+    LM head (for a tied model the one table counted once in num_params).
+
+    Why: the embedding is a lookup, not a GEMM (vLLM `VocabParallelEmbedding.forward`: `F.embedding`
+    on the rank's rows, then an all-reduce; vllm/model_executor/models/llama.py `LlamaModel.forward`
+    calls `embed_tokens(input_ids)`), and the LM head runs per sampled position (`lm_head_params`).
+    A model without a vocabulary keeps all its parameters per token, as before.
+    """
+    head = lm_head_params(model)
+    table = head * (1 if getattr(model, "tied_embeddings", False) else 2)
+    return _compute_params(model) - table
+
+
 @dataclass(frozen=True, slots=True)
 class LinearFit:
     """Fitted coefficients of the linear-layer model for one GPU (docs/cost_model.md)."""

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from sim.cost.limits import check_step_cost
-from sim.cost.linear import _compute_params
+from sim.cost.linear import lm_head_params, per_token_compute_params
 from sim.cost.network import AllReduceModel, CustomAllReduceModel
 from sim.cost.overhead import DEFAULT_ENGINE
 from sim.cost.parts import is_linear_profile, step_parts
@@ -247,7 +247,7 @@ class CostModel:
         float  # per GPU: K and V of every layer, read once per step per decoding token of context
     )
     num_layers: int
-    flops_per_token: float  # 2 x compute params / TP
+    flops_per_token: float  # 2 x compute params / TP, without the embedding table and the LM head
     attention_flops_per_pair: float  # 4 x layers x heads x head_dim / TP, per (query, key) pair
     hbm_bytes_per_s: float  # effective: peak x achieved fraction (fitted, or hbm_efficiency)
     flops_per_s: float  # effective: peak x achieved fraction (fitted, or flops_efficiency)
@@ -272,6 +272,10 @@ class CostModel:
     # GEMM FLOP rate of the linear layers over `flops_per_s` (FP8 weights on a GPU with FP8 tensor
     # cores: sim/scenario/quantization.py FP8_GEMM_SPEEDUP); attention keeps `flops_per_s`.
     linear_flops_scale: float = 1.0
+    # LM-head FLOPs per sampled position (2 x vocabulary x hidden / TP), at the model dtype's rate (the
+    # LM head is never quantized: sim/scenario/quantization.py). Each decoding sequence samples one
+    # position per step; a prefill's one sampled position per prompt is left out (< 0.1 % of its step).
+    lm_head_flops_per_seq: float = 0.0
     frontend_s: float = 0.0  # per request, outside the engine (sim/cost/server.py); added to TTFT and E2E
     frontend_service_s: float = 0.0  # per request, the front end's serial work before the engine sees it
     frontend_blocks_engine: bool = False  # the front end shares the engine's event loop (vLLM v0)
@@ -337,7 +341,8 @@ class CostModel:
             weight_bytes=scenario.weight_bytes_per_gpu(),
             kv_bytes_per_token=scenario.kv_bytes_per_token_per_gpu(),
             num_layers=model.num_layers,
-            flops_per_token=2.0 * _compute_params(model) / tp,
+            flops_per_token=2.0 * per_token_compute_params(model) / tp,
+            lm_head_flops_per_seq=2.0 * lm_head_params(model) / tp,
             attention_flops_per_pair=4.0 * model.num_layers * model.num_attention_heads * model.head_dim / tp,
             hbm_bytes_per_s=gpu.hbm_bandwidth_bytes_per_s * parts.hbm_fraction,
             flops_per_s=gpu.peak_flops * parts.flops_fraction * terms.flops_efficiency_scale,
@@ -442,8 +447,9 @@ class CostModel:
         """Framework (CPU) time exposed per step with `num_seqs` sequences (engine preset)."""
         return self.step_overhead_s + self.overhead_per_seq_s * max(0, num_seqs)
 
-    def linear_time_s(self, tokens: int) -> float:
-        """All layers' linear ops (GEMMs, norms, activation, adds) for `tokens` batch tokens.
+    def linear_time_s(self, tokens: int, sampled_seqs: int = 0) -> float:
+        """All layers' linear ops (GEMMs, norms, activation, adds) for `tokens` batch tokens, of which
+        `sampled_seqs` positions go through the LM head (the step's decoding sequences).
 
         fixed + smooth_max(weights and GEMM I/O over HBM, GEMM FLOPs over peak) + elementwise bytes
         over HBM (sim/cost/linear.py); the fraction of peak of each side is the GPU's fit.
@@ -452,6 +458,8 @@ class CostModel:
             return 0.0
         memory = (self.weight_bytes + tokens * self.gemm_bytes_per_token) / self.hbm_bytes_per_s
         compute = tokens * self.flops_per_token / (self.flops_per_s * self.linear_flops_scale)
+        if sampled_seqs > 0 and self.lm_head_flops_per_seq:
+            compute += sampled_seqs * self.lm_head_flops_per_seq / self.flops_per_s
         if math.isinf(self.smooth_p):
             gemm = max(memory, compute)
         else:
@@ -486,7 +494,11 @@ class CostModel:
 
     def batch_time_s(self, tokens: int, num_seqs: int) -> float:
         """The parts that depend only on the batch (constant while a decode jump runs)."""
-        return self.overhead_time_s(num_seqs) + self.linear_time_s(tokens) + self.all_reduce_time_s(tokens)
+        return (
+            self.overhead_time_s(num_seqs)
+            + self.linear_time_s(tokens, num_seqs)
+            + self.all_reduce_time_s(tokens)
+        )
 
     def _decode_batch_time_s(self, num_seqs: int) -> float:
         """batch_time_s(num_seqs, num_seqs): a decode-only batch, memoised per batch size.

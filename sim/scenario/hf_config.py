@@ -277,6 +277,7 @@ def spec_from_config(data: dict[str, Any], name: str = "custom", where: str = "c
         max_context_tokens=f.int("max_position_embeddings"),
         intermediate_size=f.int("intermediate_size", default=None),
         vocab_size=f.int("vocab_size"),
+        tied_embeddings=f.bool("tie_word_embeddings", False),
         kv_lora_rank=f.int("kv_lora_rank", default=0, minimum=0),
         qk_rope_head_dim=f.int("qk_rope_head_dim", default=0, minimum=0) if data.get("kv_lora_rank") else 0,
         sliding_window_tokens=f.int("attention_chunk_size", "sliding_window") if any(flags) else None,

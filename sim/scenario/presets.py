@@ -33,6 +33,9 @@ class ModelSpec(BaseModel):
     # Issue 14 (modern models), all optional so the older presets read as before; docs/cost_model.md.
     intermediate_size: int | None = Field(default=None, ge=1)
     vocab_size: int | None = Field(default=None, ge=1)
+    # config.json's tie_word_embeddings: the LM head is the embedding table (counted once in
+    # num_params). Read by the cost model to take the embedding and LM head out of the per-token FLOPs.
+    tied_embeddings: bool = False
     kv_lora_rank: int = Field(default=0, ge=0)  # MLA latent width; 0: not MLA
     qk_rope_head_dim: int = Field(default=0, ge=0)  # MLA's decoupled RoPE key, cached next to the latent
     sliding_window_tokens: int | None = Field(default=None, ge=1)  # window of the windowed layers
@@ -155,19 +158,19 @@ MODEL_PRESETS: dict[str, ModelSpec] = {
             name="LLaMA-2-13B", num_layers=40, num_attention_heads=40, num_kv_heads=40, head_dim=128,
             hidden_size=5120, num_params=13_015_864_320, max_context_tokens=4096,
         ),
-        # meta-llama/Meta-Llama-3-*: GQA with 8 KV heads, 8k context.
+        # meta-llama/Meta-Llama-3-*: GQA with 8 KV heads, 8k context; config.json vocab_size 128256, untied.
         ModelSpec(
             name="Llama-3-8B", num_layers=32, num_attention_heads=32, num_kv_heads=8, head_dim=128,
-            hidden_size=4096, num_params=8_030_261_248, max_context_tokens=8192,
+            hidden_size=4096, num_params=8_030_261_248, max_context_tokens=8192, vocab_size=128_256,
         ),
         ModelSpec(
             name="Llama-3-70B", num_layers=80, num_attention_heads=64, num_kv_heads=8, head_dim=128,
-            hidden_size=8192, num_params=70_553_706_496, max_context_tokens=8192,
+            hidden_size=8192, num_params=70_553_706_496, max_context_tokens=8192, vocab_size=128_256,
         ),
-        # mistralai/Mistral-7B-v0.1: GQA-8, max_position_embeddings 32768.
+        # mistralai/Mistral-7B-v0.1: GQA-8, max_position_embeddings 32768; vocab_size 32000, untied.
         ModelSpec(
             name="Mistral-7B", num_layers=32, num_attention_heads=32, num_kv_heads=8, head_dim=128,
-            hidden_size=4096, num_params=7_241_732_096, max_context_tokens=32768,
+            hidden_size=4096, num_params=7_241_732_096, max_context_tokens=32768, vocab_size=32_000,
         ),
         # Qwen/Qwen2.5-*: GQA (4 and 8 KV heads), 128k context per the model cards.
         ModelSpec(

@@ -108,7 +108,9 @@ def test_tensor_parallelism_splits_weights_and_kv() -> None:
     one = CostModel.from_scenario(_scenario(model="Llama-3-70B", gpu="H100-80GB", tensor_parallel_size=4))
     assert one.weight_bytes == math.ceil(70_553_706_496 * 2 / 4)
     assert one.kv_bytes_per_token == 2 * 80 * (8 // 4) * 128 * 2
-    assert one.flops_per_token == pytest.approx(2 * 70_553_706_496 / 4)
+    # every token multiplies all weights but the embedding table and the LM head (2 x 128,256 x 8,192)
+    assert one.flops_per_token == pytest.approx(2 * (70_553_706_496 - 2 * 128_256 * 8192) / 4)
+    assert one.lm_head_flops_per_seq == pytest.approx(2 * 128_256 * 8192 / 4)
 
 
 def test_layout_factor_shrinks_with_block_size() -> None:

@@ -155,7 +155,7 @@ def test_tp_step_time_includes_two_all_reduces_per_layer() -> None:
     assert cost.describe()["all_reduce_network"] == "h100_dgx"
     parts = (
         cost.overhead_time_s(tokens)
-        + cost.linear_time_s(tokens)
+        + cost.linear_time_s(tokens, tokens)  # each decoding sequence through the LM head
         + expected
         + cost.memory_time_s(tokens, tokens * 1000)
     )

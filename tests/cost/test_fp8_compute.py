@@ -57,7 +57,9 @@ def test_a100_runs_fp8_weight_only_through_marlin() -> None:
     assert 0.6 <= MARLIN_COMPUTE_SCALE < 1.0  # between the 4-bit kernel's measured ceiling and cuBLAS
     bf16 = _cost("A100-80GB", None)
     assert cost.weight_bytes < 0.6 * bf16.weight_bytes  # the weight bytes still halve
-    assert cost.linear_time_s(1) < 0.6 * bf16.linear_time_s(1)  # memory-bound decode: faster
+    # memory-bound decode: faster by the weight bytes (the kernels' latency floor is the same in both;
+    # the embedding and LM head stay BF16, so the bytes fall to 0.57, not 0.5, on Llama-3-8B)
+    assert cost.linear_time_s(1) - cost.linear_fixed_s < 0.6 * (bf16.linear_time_s(1) - bf16.linear_fixed_s)
     assert cost.linear_time_s(16384) > bf16.linear_time_s(16384)  # compute-bound prefill: slower
     assert cost.linear_fixed_s == bf16.linear_fixed_s  # no activation quantization kernels
 

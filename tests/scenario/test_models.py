@@ -127,7 +127,8 @@ def test_moe_cost_model_uses_active_params() -> None:
     scenario = Scenario(model="Qwen3-235B-A22B", gpu="H200", tensor_parallel_size=8)
     cost = CostModel.from_scenario(scenario)
     model = scenario.model_spec()
-    assert cost.flops_per_token == pytest.approx(2.0 * model.active_params / 8)
+    vocab_params = 2 * model.vocab_size * model.hidden_size  # embedding lookup + LM head per sample
+    assert cost.flops_per_token == pytest.approx(2.0 * (model.active_params - vocab_params) / 8)
     assert scenario.weight_bytes_per_gpu() == -(-model.num_params * 2 // 8)  # memory: all experts
 
 
