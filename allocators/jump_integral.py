@@ -38,6 +38,9 @@ if TYPE_CHECKING:
 INTEGRATED_PARTS: tuple[str, ...] = (*BREAKDOWN_PARTS, "cached")
 
 
+_NDARRAY = np.ndarray
+_INT64 = np.dtype(np.int64)
+_FLOAT64 = np.dtype(np.float64)
 _FLOAT_ARANGE = np.arange(1024, dtype=np.float64)
 _FLOAT_ARANGE.flags.writeable = False
 # The typed loop's scratch (seq_kernels.jump_terms, filled and read within one jump, so one serves
@@ -133,8 +136,13 @@ def paged_breakdown_integral(
     `first` (the breakdown now) and `total_s` (durations_s.sum()) may be passed by a caller that has
     them already (the engine's jump), to save computing them twice; they must be those values.
     """
-    seq_ids = np.asarray(seq_ids, dtype=np.int64)
-    durations = np.asarray(durations_s, dtype=np.float64)
+    # np.asarray returns an array of the dtype as it is; the engine's are (decode ids, the cost model's
+    # durations), so the identity tests (module globals) skip its call on every jump
+    if type(seq_ids) is not _NDARRAY or seq_ids.dtype is not _INT64:
+        seq_ids = np.asarray(seq_ids, dtype=np.int64)
+    durations = durations_s
+    if type(durations) is not _NDARRAY or durations.dtype is not _FLOAT64:
+        durations = np.asarray(durations_s, dtype=np.float64)
     steps = durations.size
     if steps == 0:
         return dict.fromkeys(INTEGRATED_PARTS, 0.0)

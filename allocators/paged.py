@@ -53,6 +53,10 @@ from allocators.seq_kernels import (
 )
 
 _EMPTY_IDS = np.zeros(0, dtype=np.int64)
+# `grow`'s ids are an int64 ndarray already on every engine call (`Scheduler.decode_ids`): tested against
+# these (module globals, cached lookups) before `np.asarray`, whose call costs ~1,250 instructions
+_NDARRAY = np.ndarray
+_INT64 = np.dtype(np.int64)
 # Up to this many sequences crossing a block boundary in one grow are served by a scalar loop
 # (`_append_lean_few`); as Python, measured faster than the vectorised path below about 13 of them
 # (`benchmarks/lean_crossover.py`: ~0.6 us per sequence + ~3 us against ~11 us for NumPy). Compiled,
@@ -982,7 +986,8 @@ class PagedAllocator(AllocatorBase):
         rule (`_grow_general`) handles copy-on-write, max_model_len and running out of blocks.
         """
         state = self._state
-        seq_ids = np.asarray(seq_ids, dtype=np.int64)
+        if type(seq_ids) is not _NDARRAY or seq_ids.dtype is not _INT64:  # else `np.asarray` returns it
+            seq_ids = np.asarray(seq_ids, dtype=np.int64)
         if num_tokens <= 0 or seq_ids.size == 0:
             return _EMPTY_IDS
         if self._tier_prefilling and seq_ids.size == 1 and seq_ids.item(0) in self._tier_prefilling:
@@ -1275,7 +1280,8 @@ class PagedAllocator(AllocatorBase):
 
     def max_uniform_growth(self, seq_ids: np.ndarray, limit: int) -> int:
         """Exact largest k <= limit with grow(seq_ids, k) succeeding for all: binary search on k."""
-        seq_ids = np.asarray(seq_ids, dtype=np.int64)
+        if type(seq_ids) is not _NDARRAY or seq_ids.dtype is not _INT64:  # as in `grow`
+            seq_ids = np.asarray(seq_ids, dtype=np.int64)
         if limit <= 0:
             return 0
         count = seq_ids.size
