@@ -87,7 +87,7 @@ $(DEV_STAMP): $(STAMP)
 # alone gets them here, from the package index), so after `make test` it needs no index; if it fails anyway
 # the edited modules run as Python (the finder's hash check), never stale code.
 $(CORE): setup.py allocators/compiled.py $(CORE_SOURCES) | $(STAMP)
-	$(PY) -c "import Cython, wheel, setuptools; assert tuple(map(int, Cython.__version__.split('.')[:2])) >= (3, 1)" 2>/dev/null \
+	$(PY) -c "import Cython, wheel, setuptools; import re; assert tuple(map(int, re.match(r'(\d+)\.(\d+)', Cython.__version__).groups())) >= (3, 1)" 2>/dev/null \
 	  || $(PY) -m pip install -q 'Cython>=3.1' wheel setuptools \
 	  || echo "warning: no Cython to rebuild the compiled core with"
 	$(PY) -m pip install -q --no-deps --no-build-isolation -e . \

@@ -106,7 +106,8 @@ def main() -> None:
         help="rounds of engine + bare loop; the median counts (3 at 100k, else 1)",
     )
     args = parser.parse_args()
-    repeat = args.repeat or (3 if args.num_prompts <= REFERENCE_PROMPTS and not args.json else 1)
+    default_repeat = 3 if args.num_prompts <= REFERENCE_PROMPTS and not args.json else 1
+    repeat = default_repeat if args.repeat is None else args.repeat
     if repeat < 1:
         parser.error("--repeat must be at least 1")
 

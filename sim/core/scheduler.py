@@ -452,7 +452,7 @@ class Scheduler:
         return self._next_id - 1
 
     def decode_ids(self) -> np.ndarray:
-        """Ids of decoding sequences as an array (cached until the set changes): a new array each time.
+        """Ids of decoding sequences as an array, cached: a new array each time the set changes.
 
         Why kept in step (compiled): `np.fromiter` over the dict converts each key through NumPy's
         generic item setter (~9,000 instructions for a batch of 40), and filling a new `np.empty`
@@ -460,7 +460,7 @@ class Scheduler:
         the jump workload's 5,000 prompts; callgrind). `_ids_append` and `_ids_remove` keep the keys, in
         the dict's order, in a buffer whose typed view is a C field, as the dict changes; this copies
         its first entries: the same values in a new array that nothing else writes. As Python it stays
-        `np.fromiter` (and the buffer is not kept).
+        `np.fromiter` (the buffer is allocated, as the class declares it, but never written).
         """
         if self._ids_cache is None:
             if not cython.compiled:

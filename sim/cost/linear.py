@@ -26,6 +26,8 @@ from typing import Any
 
 import numpy as np
 
+from sim.scenario.quantization import embedding_params
+
 # Vidur's per-layer ops that make up "the linear part of one layer" (the embedding is once per model,
 # not per layer, so it is left out). Columns are `time_stats.<op>.median`, in milliseconds.
 LAYER_OPS: tuple[str, ...] = (
@@ -118,9 +120,7 @@ def per_token_compute_params(model: Any) -> int:
     calls `embed_tokens(input_ids)`), and the LM head runs per sampled position (`lm_head_params`).
     A model without a vocabulary keeps all its parameters per token, as before.
     """
-    head = lm_head_params(model)
-    table = head * (1 if getattr(model, "tied_embeddings", False) else 2)
-    return _compute_params(model) - table
+    return _compute_params(model) - embedding_params(model)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,7 +1,8 @@
 """How long one serving step takes: a sum of parts, each fitted or measured, optionally calibrated.
 
 Why parts: a step runs the framework's CPU work, every layer's linear ops (GEMMs that read all weights
-once and do 2 x parameters FLOPs per token, plus elementwise kernels), the TP all-reduces and the
+once and do 2 x parameters FLOPs per token, less the embedding table, which is a lookup, and the LM
+head, which runs once per sampled position; plus elementwise kernels), the TP all-reduces and the
 attention, one after another. Each part is checked on its own (docs/cost_model.md): the linear ops
 against Vidur's measured per-layer times (`kvsim cost validate`, fitted per GPU in sim/cost/fit.py),
 the all-reduce from measured NCCL tables, the overhead from public measurements per engine preset.

@@ -187,8 +187,8 @@ def check_terms(values: dict[str, Any], where: str) -> dict[str, float]:
 #   `output_service_s`); the front end is the API server's (CPU), so the A100 keeps the H100 fit's
 #   front-end terms (the A100 rows have no low-load run to identify them) and fits only its FLOP
 #   scale (1.0 over 0.35-1.0). On the grid's edges: frontend_turn_share 0.25 (its lowest point) and
-#   output_service_s 0.1 ms (its highest); frontend_service_s 15 ms and the FLOP scale 0.6 are
-#   interior. Before the loop was modelled: 20 ms per request, FIFO, FLOP scale 0.45. With the
+#   output_service_s 0.1 ms (its highest); frontend_service_s 15 ms and the FLOP scale (then 0.6)
+#   are interior. Before the loop was modelled: 20 ms per request, FIFO, FLOP scale 0.45. With the
 #   embedding as a lookup and the LM head per sampled position (Qwen3's per-token FLOPs 5-15 %
 #   lower) the FLOP scales were refitted with the other terms held (H100 over 0.45 / 0.5 / 0.55 /
 #   0.6: 0.5 in place of 0.6, now a PUBLISHED_GRID point; A100 over 0.8 / 0.9 / 1.0: still 1.0).

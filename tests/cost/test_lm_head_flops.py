@@ -13,6 +13,7 @@ import pytest
 from sim.cost.linear import lm_head_params, per_token_compute_params
 from sim.cost.model import CostModel
 from sim.scenario.presets import MODEL_PRESETS
+from sim.scenario.quantization import embedding_params, quantized_model
 from sim.scenario.scenario import default_scenario
 
 
@@ -53,3 +54,17 @@ def test_each_sampled_position_pays_the_lm_head_at_the_model_dtype_rate() -> Non
     assert extra == pytest.approx(lm_head_s, rel=0.05)
     # a decode step's LM head goes through batch_time_s with the step's sequences
     assert cost.batch_time_s(256, 256) > cost.overhead_time_s(256) + cost.linear_time_s(256)
+
+
+def test_fp8_weights_keep_a_tied_models_one_table_at_the_model_dtype() -> None:
+    """The FP8 checkpoint keeps the embedding (and an untied LM head) at the model dtype: a tied model
+    (config.json `tie_word_embeddings`) has one table, counted once in its parameters, so it keeps one."""
+    untied = MODEL_PRESETS["Llama-3-8B"]
+    tied = untied.model_copy(update={"tied_embeddings": True})
+    table = 128_256 * 4096
+    assert embedding_params(untied) == 2 * table and embedding_params(tied) == table
+    # the same parameter count with one table less kept at 2 bytes: one table's worth less memory
+    kept_difference_bytes = table * (untied.dtype_bytes - 1)  # kept at dtype instead of 1-byte FP8
+    untied_bytes = quantized_model(untied, "fp8").checkpoint_bytes
+    tied_bytes = quantized_model(tied, "fp8").checkpoint_bytes
+    assert untied_bytes - tied_bytes == kept_difference_bytes
