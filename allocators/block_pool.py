@@ -315,22 +315,42 @@ class BlockPool:
 
     def allocate_few(self, count: int) -> list[int]:
         """`allocate(count)` as a list, in one typed pass (for the handful of blocks of a decode step)."""
-        queue = self.queue
-        if queue._num_stale and not queue.head_is_clean(count):  # stale head entries: general path
+        head = self.clean_head(count)
+        if head < 0:  # stale head entries: general path
             return self.allocate(count).tolist()
         # FreeBlockQueue.pop's clean case with the refcount stores and evictions, in one loop (every
         # decode step that crosses a block boundary comes here)
-        head = queue._head
-        if count > queue._tail - head:
-            raise RuntimeError(f"free queue exhausted: {count - (queue._tail - head)} more blocks wanted")
         entries, in_queue, refcount, has_key = self._views or self._make_views()
         evicted: list[int] = []
         blocks = pop_blocks(entries, in_queue, refcount, has_key, head, count, evicted)
-        queue._head = head + count
+        self.popped_at_head(count, evicted)
+        return blocks
+
+    def clean_head(self, count: int) -> int:
+        """Where a typed pass may pop `count` blocks (`allocate_few`, `allocate_into_row`, the paged
+        allocator's admission on its own views): the queue's head when its first `count` entries are
+        all valid, -1 when stale entries are among them (then `allocate`, which skips them).
+
+        Why one place: the pass reads the queue's entries from the head on, so this test, the
+        exhaustion error and `popped_at_head`'s bookkeeping are the pool's, whoever runs the pass.
+        """
+        queue = self.queue
+        if queue._num_stale and not queue.head_is_clean(count):
+            return -1
+        head = queue._head
+        if count > queue._tail - head:
+            raise RuntimeError(f"free queue exhausted: {count - (queue._tail - head)} more blocks wanted")
+        return head
+
+    def popped_at_head(self, count: int, evicted: list[int]) -> None:
+        """The queue's side of a typed pass that popped `count` blocks at `clean_head(count)`: the head
+        moves past them, and the cached ones the pass evicted (their has_key already cleared, in pop
+        order) lose their keys."""
+        queue = self.queue
+        queue._head += count
         queue.num_free -= count
         if evicted:
             self._forget_evicted(evicted)
-        return blocks
 
     def allocate_into_row(self, table: object, slot: int, count: int) -> bool:
         """`allocate(count)` written to table[slot, :count] (a typed view of a block table), in one typed
@@ -339,19 +359,13 @@ class BlockPool:
         Why: an admission takes its prompt's blocks straight into its block-table row, without the
         array `allocate` returns and the scatter of it.
         """
-        queue = self.queue
-        if queue._num_stale and not queue.head_is_clean(count):
+        head = self.clean_head(count)
+        if head < 0:
             return False
-        head = queue._head
-        if count > queue._tail - head:
-            raise RuntimeError(f"free queue exhausted: {count - (queue._tail - head)} more blocks wanted")
         entries, in_queue, refcount, has_key = self._views or self._make_views()
         evicted: list[int] = []
         pop_into_row(entries, in_queue, refcount, has_key, head, count, table, slot, evicted)
-        queue._head = head + count
-        queue.num_free -= count
-        if evicted:
-            self._forget_evicted(evicted)
+        self.popped_at_head(count, evicted)
         return True
 
     def _forget_evicted(self, evicted: list[int]) -> None:
@@ -444,6 +458,24 @@ class BlockPool:
         than the work. Without caching (every freed block goes to the tail) and with the queue
         free of stale entries and room at its tail, it is one typed pass; otherwise `release`.
         """
+        tail = self.plain_tail(count)
+        if tail < 0:
+            blocks = np.empty(count, dtype=np.int64)
+            take_row_reversed(table, slot, count, blocks)
+            freed = self.release(blocks)
+            return freed if want_freed else None
+        entries, in_queue, refcount, _ = self._views or self._make_views()
+        num_freed = release_row_to_tail(table, slot, count, refcount, entries, in_queue, tail)
+        self.pushed_at_tail(tail, num_freed)
+        return self.queue._entries[tail : tail + num_freed].copy() if want_freed else None
+
+    def plain_tail(self, count: int) -> int:
+        """Where a typed pass may push up to `count` freed blocks (`release_row`, the paged allocator's
+        release on its own views): the queue's tail when every freed block goes there (caching off),
+        the queue holds no stale entries and no raised stamps, and has room; -1 otherwise (`release`).
+
+        Why one place: the same reason as `clean_head`, at the other end of the queue.
+        """
         queue = self.queue
         tail = queue._tail
         if (
@@ -452,12 +484,14 @@ class BlockPool:
             or queue._stamps_raised
             or tail + count > queue._entries.size
         ):
-            blocks = np.empty(count, dtype=np.int64)
-            take_row_reversed(table, slot, count, blocks)
-            freed = self.release(blocks)
-            return freed if want_freed else None
-        entries, in_queue, refcount, _ = self._views or self._make_views()
-        num_freed = release_row_to_tail(table, slot, count, refcount, entries, in_queue, tail)
+            return -1
+        return tail
+
+    def pushed_at_tail(self, tail: int, num_freed: int) -> None:
+        """The queue's side of a typed pass that pushed `num_freed` blocks at `plain_tail(...)`: the
+        tail moves past them, and any of them that was named loses its name (caching off: a freed
+        block is not findable)."""
+        queue = self.queue
         queue._tail = tail + num_freed
         queue.num_free += num_freed
         if self._block_by_key and num_freed:  # named blocks exist: freed ones lose their names
@@ -465,7 +499,6 @@ class BlockPool:
             keyed = freed[self.has_key[freed]]
             if keyed.size:
                 self._unname(keyed)
-        return queue._entries[tail : tail + num_freed].copy() if want_freed else None
 
     def _unname(self, keyed: np.ndarray) -> None:
         """Forget the keys of freed named blocks (caching off: a freed block is not findable)."""

@@ -917,20 +917,13 @@ class PagedAllocator(AllocatorBase):
         slot = self._take_slot(sid)  # may grow self._tables: views after
         if self._views is None:  # the state's views are fresh from here on
             self._make_views()
-        queue = pool.queue
-        head = queue._head
-        if (
-            queue._num_stale and not queue.head_is_clean(prompt_blocks)
-        ) or prompt_blocks > queue._tail - head:
-            # stale head entries (or too few entries: `allocate` raises): the pool's general pop
+        head = pool.clean_head(prompt_blocks)
+        if head < 0:  # stale head entries: the pool's general pop
             self._tables[slot, :prompt_blocks] = pool.allocate(prompt_blocks)
         else:  # `BlockPool.allocate_into_row`'s pass, on the state's views
             evicted: list[int] = []
             state.pop_into_row(slot, prompt_blocks, head, evicted)
-            queue._head = head + prompt_blocks
-            queue.num_free -= prompt_blocks
-            if evicted:
-                pool._forget_evicted(evicted)
+            pool.popped_at_head(prompt_blocks, evicted)
         final = seq.final_tokens
         if self.cpu_tier is not None:  # nothing named, nothing to store: the lookup still counts
             self.cpu_tier.record_admission(seq.prompt_tokens, 0, 0)
@@ -1185,8 +1178,7 @@ class PagedAllocator(AllocatorBase):
         state = self._state
         count = len(seq_ids)
         pool = self.pool
-        queue = pool.queue
-        if count > queue.num_free:
+        if count > pool.queue.num_free:
             return False
         views = self._views or self._make_views()  # the state's views are fresh from here on
         columns = state.lean_columns(seq_ids)
@@ -1195,20 +1187,17 @@ class PagedAllocator(AllocatorBase):
         if columns > state.table.shape[1]:
             self._ensure_columns(columns)
             views = self._make_views()
-        if queue._num_stale and not queue.head_is_clean(count):  # stale head entries: the general pop
+        head = pool.clean_head(count)
+        if head < 0:  # stale head entries: the general pop
             blocks = pool.allocate_few(count)
             _, quiet, caps, num_blocks, slots, final, _, _, table = views
             never = lean_append(
                 table, num_blocks, slots, final, quiet, caps, seq_ids, blocks, self.block_size
             )
         else:  # the head entries are the blocks: take them in place
-            head = queue._head
             evicted: list[int] = []
             never = state.lean_append_popped(seq_ids, self.block_size, head, evicted)
-            queue._head = head + count
-            queue.num_free -= count
-            if evicted:
-                pool._forget_evicted(evicted)
+            pool.popped_at_head(count, evicted)
         state.never_tokens += never
         state.held_slots += count * self.block_size
         return True
@@ -1362,23 +1351,14 @@ class PagedAllocator(AllocatorBase):
             self._tier_next_block.pop(seq_id, None)
         # the row's blocks go back to the pool tail first (evicted first), and the row is emptied (-1)
         pool = self.pool
-        queue = pool.queue
-        tail = queue._tail
-        if (
-            self._block_content
-            or pool.enable_caching
-            or queue._num_stale
-            or queue._stamps_raised
-            or pool._block_by_key
-            or tail + count > queue._entries.shape[0]
-        ):
+        tail = -1 if self._block_content else pool.plain_tail(count)
+        if tail < 0:  # named content (the freed blocks are needed) or the pool's general release
             freed = pool.release_row(views[8], slot, count, bool(self._block_content))
             if self._block_content:  # as _drop_content, without the call when nothing is named
                 self._drop_content(freed)
-        else:  # `BlockPool.release_row`'s one typed pass (nothing named or cached), on the state's views
+        else:  # `BlockPool.release_row`'s one typed pass, on the state's views
             num_freed = state.release_row_to_tail(seq_id, tail)
-            queue._tail = tail + num_freed
-            queue.num_free += num_freed
+            pool.pushed_at_tail(tail, num_freed)
         self._free_slots.append(slot)
         if self._num_cow_flagged and self.cow_flag.item(seq_id):
             self.cow_flag[seq_id] = False
