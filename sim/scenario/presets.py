@@ -70,6 +70,23 @@ class ModelSpec(BaseModel):
             raise ValueError("MLA needs both kv_lora_rank and qk_rope_head_dim (or neither)")
         return self
 
+    @model_validator(mode="after")
+    def _vocabulary_fits_params(self) -> ModelSpec:
+        """The embedding table and LM head must leave parameters for the decoder layers.
+
+        Why: the cost model's per-token FLOPs are the compute parameters less these tables
+        (sim/cost/linear.py `per_token_compute_params`); a vocabulary too large for `num_params` (a
+        mistyped field, or a config whose counts disagree) would give zero or negative FLOPs.
+        """
+        if self.vocab_size is not None and self.embedding_params >= self.compute_params:
+            kind = "active_params" if self.active_params is not None else "num_params"
+            raise ValueError(
+                f"vocab_size={self.vocab_size} x hidden_size={self.hidden_size} "
+                f"({'one tied table' if self.tied_embeddings else 'embedding + LM head'}: "
+                f"{self.embedding_params:,} parameters) leaves nothing of {kind}={self.compute_params:,}"
+            )
+        return self
+
     @property
     def is_mla(self) -> bool:
         """Multi-head latent attention (DeepSeek-V2/V3): one compressed latent per token per layer."""
@@ -99,6 +116,15 @@ class ModelSpec(BaseModel):
     def kv_bytes_per_token(self) -> int:
         """Every layer's KV for one token at the model dtype; window layers count at full size."""
         return self.num_layers * self.kv_bytes_per_token_per_layer()
+
+    @property
+    def embedding_params(self) -> int:
+        """Embedding and LM-head parameters: vocab x hidden, twice unless tied (config.json
+        `tie_word_embeddings`: one table, counted once in num_params as sim/scenario/hf_config.py
+        `count_params` counts it); 0 when the vocabulary is unknown."""
+        if self.vocab_size is None:
+            return 0
+        return self.vocab_size * self.hidden_size * (1 if self.tied_embeddings else 2)
 
     @property
     def compute_params(self) -> int:

@@ -42,17 +42,14 @@ from sim.scenario.presets import ModelSpec
 QUANTIZATION_BYTES: dict[str, int] = {"fp8": 1}
 
 
-def embedding_params(model: Any) -> int:
+def embedding_params(model: ModelSpec) -> int:
     """Embedding and LM-head parameters (kept in the model dtype; not per-token GEMM weights: the
     cost model's sim/cost/linear.py `per_token_compute_params`); 0 when the vocabulary is unknown.
 
     A tied model (config.json `tie_word_embeddings`, `ModelSpec.tied_embeddings`) has one table, as
     sim/scenario/hf_config.py `count_params` counts it in `num_params`.
     """
-    vocab = getattr(model, "vocab_size", None)
-    if vocab is None:
-        return 0
-    return int(vocab) * int(model.hidden_size) * (1 if getattr(model, "tied_embeddings", False) else 2)
+    return model.embedding_params
 
 
 def quantized_model(model: ModelSpec, quantization: str | None) -> ModelSpec:

@@ -68,3 +68,15 @@ def test_fp8_weights_keep_a_tied_models_one_table_at_the_model_dtype() -> None:
     untied_bytes = quantized_model(untied, "fp8").checkpoint_bytes
     tied_bytes = quantized_model(tied, "fp8").checkpoint_bytes
     assert untied_bytes - tied_bytes == kept_difference_bytes
+
+
+def test_a_vocabulary_larger_than_the_model_is_refused() -> None:
+    """The per-token FLOPs (params less the tables) must stay positive: a vocabulary whose tables
+    reach num_params is refused when the model is built, naming the fields."""
+    from pydantic import ValidationError
+
+    fields = MODEL_PRESETS["Llama-3-8B"].model_dump()
+    with pytest.raises(ValidationError, match="vocab_size=2000000"):
+        type(MODEL_PRESETS["Llama-3-8B"])(**{**fields, "vocab_size": 2_000_000})
+    tied = type(MODEL_PRESETS["Llama-3-8B"])(**{**fields, "vocab_size": 1_000_000, "tied_embeddings": True})
+    assert per_token_compute_params(tied) == 8_030_261_248 - 1_000_000 * 4096 > 0
