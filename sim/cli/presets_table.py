@@ -54,6 +54,13 @@ def _billions(value: object) -> str:
     return "–" if value is None else f"{int(value) / 1e9:.1f}"
 
 
+def _context_cell(value: object) -> str:
+    """'131,072'; a million tokens or more in millions ('1.02M', Mistral-Nemo's 1,024,000), so the
+    compact table keeps its 80 columns (`--wide` prints every digit)."""
+    tokens = int(value)  # type: ignore[call-overload]
+    return f"{tokens:,}" if tokens < 1_000_000 else f"{tokens / 1e6:.2f}M"
+
+
 def _experts_cell(row: Mapping[str, object]) -> str:
     experts = int(row.get("num_experts") or 0)
     return "–" if experts == 0 else f"{row['experts_per_token']} of {experts}"
@@ -78,7 +85,7 @@ def model_table_rows(rows: list[dict[str, object]], wide: bool) -> tuple[list[Co
                 attention_cell(row),
                 window_cell(row),
                 _billions(row["num_params"]),
-                f"{row['max_context_tokens']:,}",
+                _context_cell(row["max_context_tokens"]),
                 _kib(row["kv_bytes_per_token"]),
             ]
             for row in rows

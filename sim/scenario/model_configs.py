@@ -70,6 +70,32 @@ MODEL_CONFIGS: dict[str, dict[str, Any]] = {
                      "layer_types": ["sliding_attention", "full_attention"] * 18,
                      "attention_bias": True, "vocab_size": 201088, "max_position_embeddings": 131072,
                      "torch_dtype": "bfloat16", "tie_word_embeddings": False},
+    # Held-out LambdaLabsML/vllm-benchmark models (issue 21); sources per field in docs/cost_model.md
+    # "Presets". mistralai/Mistral-Nemo-Instruct-2407 config.json: head_dim 128 is not hidden / heads
+    # (5120 / 32 = 160); max_position_embeddings 1024000 in the Instruct config (128000 in -Base-2407)
+    "Mistral-Nemo": {"model_type": "mistral", "hidden_size": 5120, "intermediate_size": 14336,
+                         "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
+                         "num_hidden_layers": 40, "vocab_size": 131072, "max_position_embeddings": 1024000,
+                         "sliding_window": None, "torch_dtype": "bfloat16", "tie_word_embeddings": False},
+    # mistralai/Mistral-Large-Instruct-2407 config.json (Mistral Large 2, 123B)
+    "Mistral-Large-2": {"model_type": "mistral", "hidden_size": 12288, "intermediate_size": 28672,
+                           "num_attention_heads": 96, "num_key_value_heads": 8, "head_dim": 128,
+                           "num_hidden_layers": 88, "vocab_size": 32768, "max_position_embeddings": 131072,
+                           "sliding_window": None, "torch_dtype": "bfloat16", "tie_word_embeddings": False},
+    # mistralai/Mixtral-8x7B-Instruct-v0.1 config.json: 8 experts (num_local_experts), 2 per token,
+    # every layer MoE; sliding_window null (full attention)
+    "Mixtral-8x7B": {"model_type": "mixtral", "hidden_size": 4096, "intermediate_size": 14336,
+                     "num_local_experts": 8, "num_experts_per_tok": 2, "num_attention_heads": 32,
+                     "num_key_value_heads": 8, "num_hidden_layers": 32, "vocab_size": 32000,
+                     "max_position_embeddings": 32768, "sliding_window": None, "torch_dtype": "bfloat16",
+                     "tie_word_embeddings": False},
+    # mistralai/Mixtral-8x22B-Instruct-v0.1 config.json: 8 experts, 2 per token; vocab 32768 (the v3
+    # tokenizer with control tokens; the base mistral-community/Mixtral-8x22B-v0.1 has 32000)
+    "Mixtral-8x22B": {"model_type": "mixtral", "hidden_size": 6144, "intermediate_size": 16384,
+                      "num_local_experts": 8, "num_experts_per_tok": 2, "num_attention_heads": 48,
+                      "num_key_value_heads": 8, "num_hidden_layers": 56, "vocab_size": 32768,
+                      "max_position_embeddings": 65536, "sliding_window": None, "torch_dtype": "bfloat16",
+                      "tie_word_embeddings": False},
 }  # fmt: skip
 
 

@@ -281,6 +281,20 @@ _ALIASES: dict[str, str] = {
     "google/gemma-3-27b-it": "Gemma-3-27B",
     "gemma-3-27b-it": "Gemma-3-27B",
     "openai/gpt-oss-120b": "gpt-oss-120b",
+    # Held-out LambdaLabsML/vllm-benchmark models (issue 21); sim/bench/identify.py drops "-Instruct"
+    # and keeps a date suffix ("-Instruct-2407" -> "-2407").
+    "mistralai/mistral-nemo-2407": "Mistral-Nemo",
+    "mistralai/mistral-nemo-base-2407": "Mistral-Nemo",
+    "mistralai/mistral-large-2407": "Mistral-Large-2",
+    "mistral-large-2407": "Mistral-Large-2",
+    "mistralai/mixtral-8x7b": "Mixtral-8x7B",
+    "mistralai/mixtral-8x7b-v0.1": "Mixtral-8x7B",
+    "mistralai/mixtral-8x22b": "Mixtral-8x22B",
+    "mistralai/mixtral-8x22b-v0.1": "Mixtral-8x22B",
+    # NousResearch/Hermes-3-Llama-3.1-405B: a full-parameter fine-tune of Llama-3.1-405B with its
+    # architecture and vocabulary (docs/cost_model.md "Presets")
+    "nousresearch/hermes-3-llama-3.1-405b": "Llama-3.1-405B",
+    "hermes-3-llama-3.1-405b": "Llama-3.1-405B",
 }
 
 

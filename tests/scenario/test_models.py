@@ -206,3 +206,20 @@ def test_cli_run_with_kv_cache_dtype_and_hybrid(tmp_path: Path, capsys: pytest.C
         capsys,
     )
     assert code == 2 and "no sliding-window layers" in output and len(output.strip().splitlines()) == 1
+
+
+def test_held_out_lambda_presets_match_the_model_cards() -> None:
+    """Issue 21: the LambdaLabsML models kept out of ../shared/bench. Model cards: Mistral NeMo 12 B,
+    Mistral Large 2 123 B, Mixtral 8x7B 46.7 B total / 12.9 B active, Mixtral 8x22B 141 B / 39 B."""
+    nemo, large = MODEL_PRESETS["Mistral-Nemo"], MODEL_PRESETS["Mistral-Large-2"]
+    assert round(nemo.num_params / 1e9) == 12 and nemo.head_dim == 128  # not hidden / heads = 160
+    assert round(large.num_params / 1e9) == 123 and large.active_params is None
+    small, big = MODEL_PRESETS["Mixtral-8x7B"], MODEL_PRESETS["Mixtral-8x22B"]
+    assert round(small.num_params / 1e8) == 467 and round(small.compute_params / 1e8) == 129
+    assert round(big.num_params / 1e9) == 141 and round(big.compute_params / 1e9) == 39
+    assert (small.num_experts, small.experts_per_token, small.sliding_window_tokens) == (8, 2, None)
+    # KV bytes per token (bf16): 2 x layers x 8 KV heads x 128 x 2
+    assert [MODEL_PRESETS[n].kv_bytes_per_token for n in ("Mistral-Nemo", "Mixtral-8x22B")] == [
+        2 * 40 * 8 * 128 * 2,
+        2 * 56 * 8 * 128 * 2,
+    ]
