@@ -3,7 +3,8 @@
 Why guess at all: `vllm bench serve` records the model id but not the server's flags, so a user
 replaying many files at once would otherwise need one command per file. Each guess is used only
 for a flag the user did not give, and only when it is unambiguous: the model id maps to a preset
-(`-Instruct` and a trailing `-FP8...` dropped, the latter meaning FP8 weights), and names in
+(`-Instruct`, `-Instruct-v0.3` and a trailing `-FP8...` dropped, the latter meaning FP8 weights;
+a release date stays: `-Instruct-2407` -> `-2407`), and names in
 the path such as `2xH100-80GB-SXM/..._tp2_len2048.json` (LambdaLabsML/vllm-benchmark's layout)
 give the GPU, TP and max_model_len. Anything else must come from flags.
 """
@@ -26,6 +27,7 @@ def model_from_id(model_id: str) -> tuple[str | None, str | None]:
     if _QUANT_SUFFIX.search(name):
         name, quantization = _QUANT_SUFFIX.sub("", name), "fp8"
     name = re.sub(r"-instruct(-v[\d.]+)?$", "", name, flags=re.IGNORECASE)
+    name = re.sub(r"-instruct(-\d{4})$", r"\1", name, flags=re.IGNORECASE)  # Mistral's -Instruct-2407
     tail = name.split("/")[-1]
     candidates = [name, tail, f"meta-llama/{tail}", tail.replace("Meta-Llama", "Llama"), f"mistralai/{tail}"]
     for candidate in candidates:
