@@ -54,12 +54,28 @@ def load_set(folder: str | Path) -> list[BenchFile]:
     return [bench for bench in files if not bench.failed_run]
 
 
+def auto_chunked(bench: BenchFile) -> bool:
+    """Whether vLLM 0.5.4 ran the file's server with its automatic chunked prefill (max_model_len in the
+    path above 32K; sim/bench/setup.py V0_AUTO_CHUNKED_PREFILL_ABOVE_TOKENS).
+
+    Why it matters here: its 512-token budget is below the later script's `--max-num-seqs 1024`, which
+    vLLM 0.5.4 refuses (vllm/config.py `SchedulerConfig._verify_args`: max_num_batched_tokens must be
+    >= max_num_seqs), so a server above 32K cannot have run with the later flags whatever the client
+    wrote; such a file is replayed under the v0.5.4 defaults, as the older script's runs are.
+    """
+    from sim.bench.identify import server_from_path
+    from sim.bench.setup import V0_AUTO_CHUNKED_PREFILL_ABOVE_TOKENS
+
+    max_model_len = int(server_from_path(bench.path).get("max_model_len") or 0)
+    return max_model_len > V0_AUTO_CHUNKED_PREFILL_ABOVE_TOKENS
+
+
 def lambda_scenario(bench: BenchFile) -> Any:
     """The scenario a Lambda file is replayed under (the CLI's rules plus the README's settings)."""
     from sim.bench.setup import scenario_for_file, scenario_from_fields
 
     fields: dict[str, Any] = {"engine": "vllm-v0", "config": None}
-    if later_script(bench):
+    if later_script(bench) and not auto_chunked(bench):
         fields.update(LATER_SCRIPT_FLAGS)
     return scenario_for_file(bench, fields, lambda filled: scenario_from_fields({**filled, "config": None}))
 

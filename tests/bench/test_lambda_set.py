@@ -57,6 +57,22 @@ def test_long_context_earlier_runs_could_not_have_used_the_later_flags() -> None
         assert scenario.enable_chunked_prefill and scenario.max_num_batched_tokens == 512
 
 
+def test_a_later_script_file_above_32k_replays_under_the_defaults(tmp_path: Path) -> None:
+    """A later-script file (latency fields) whose server ran above 32K: the later flags cannot have
+    applied there (see the module docstring), so it gets the v0.5.4 defaults instead of an error."""
+    from sim.bench.results_file import read_bench_file
+
+    source = next(b for b in load_set(SHARED_BENCH) if later_script(b) and "3.1-8B-FP8_tp1_len2048" in b.name)
+    target = tmp_path / "1xH100-80GB-SXM" / "Meta-Llama-3.1-8B-FP8_tp1_len64000.json"
+    target.parent.mkdir()
+    target.write_text(Path(source.path).read_text())
+    bench = read_bench_file(target)
+    assert later_script(bench)
+    scenario = lambda_scenario(bench)
+    assert (scenario.max_num_seqs, scenario.gpu_memory_utilization) == (256, 0.90)
+    assert scenario.enable_chunked_prefill and scenario.max_num_batched_tokens == 512
+
+
 @pytest.mark.parametrize("gpu", ["A100-80GB", "H100-80GB"])
 def test_the_earlier_runs_front_end_and_stream_terms_are_their_fit(gpu: str) -> None:
     """EARLIER_TERMS[gpu] is the fit on that GPU's earlier-script runs with the shipped GPU-side
