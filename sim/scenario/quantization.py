@@ -87,7 +87,7 @@ def quantized_model(model: ModelSpec, quantization: str | None) -> ModelSpec:
 #   1,979 / 989.4 TFLOP/s (NVIDIA H100 Tensor Core GPU datasheet, SXM column, the sparse figures
 #   halved); H200 the same Hopper die and clocks (NVIDIA H200 datasheet: 3,958 / 1,979 sparse); L4
 #   485 / 242 sparse (NVIDIA L4 datasheet); B200 4.5 / 2.25 PFLOP/s dense (NVIDIA DGX B200 datasheet,
-#   per GPU).
+#   per GPU); H100 PCIe 1,513 / 756 (the same datasheet's PCIe column: 3,026 / 1,513 sparse).
 # - A100 (sm_80) has no FP8 tensor cores: FP8 runs weight-only through Marlin (module docstring),
 #   whose rate once compute-bound is MARLIN_COMPUTE_SCALE of cuBLAS BF16.
 # A GPU not listed (a custom spec, MI300X whose FP8 path vLLM 0.5 lacks) gets 1: no change claimed
@@ -109,6 +109,7 @@ FP8_GEMM_SPEEDUP: dict[str, float] = {
     "A100-40GB": MARLIN_COMPUTE_SCALE,
     "A100-80GB": MARLIN_COMPUTE_SCALE,
     "H100-80GB": 1979.0 / 989.4,
+    "H100-PCIe-80GB": 1513.0 / 756.0,
     "H200-141GB": 1979.0 / 989.4,
     "L4": 485.0 / 242.0,
     "B200": 4.5 / 2.25,
