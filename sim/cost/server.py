@@ -198,6 +198,14 @@ _V0_STACK: dict[str, Any] = {
     "ray_workers": False,
     "frontend_in_engine_process": True,
 }
+_V1_H100: dict[str, Any] = {
+    "frontend_s": 0.043,
+    "frontend_service_s": 0.015,
+    "flops_efficiency_scale": 0.5,
+    "overhead_scale": 1.0,
+    "frontend_turn_share": 0.25,
+    "output_service_s": 1e-4,
+}
 SHIPPED_TERMS: dict[tuple[str, str], dict[str, Any]] = {
     ("vllm-v0", "A100-80GB"): {
         "frontend_s": 0.0,
@@ -221,14 +229,10 @@ SHIPPED_TERMS: dict[tuple[str, str], dict[str, Any]] = {
         "frontend_turn_share": 0.25,
         "output_service_s": 1e-4,
     },
-    ("vllm-v1", "H100-80GB"): {
-        "frontend_s": 0.043,
-        "frontend_service_s": 0.015,
-        "flops_efficiency_scale": 0.5,
-        "overhead_scale": 1.0,
-        "frontend_turn_share": 0.25,
-        "output_service_s": 1e-4,
-    },
+    ("vllm-v1", "H100-80GB"): _V1_H100,
+    # Same GH100 chip, kernels and vLLM build as the SXM part: its terms, not a fit of its own (its 5
+    # published rows are validation only).
+    ("vllm-v1", "H100-PCIe-80GB"): _V1_H100,
 }
 
 
