@@ -108,7 +108,8 @@ def published_table(csv_path: Path, folder: Path) -> None:
 
 
 def refit_published(csv_path: Path, folder: Path) -> None:
-    """--fit: the vllm-v1 terms per GPU on the published rows (PUBLISHED_GRID), with leave-one-out."""
+    """--fit: the vllm-v1 terms per GPU on the published rows (PUBLISHED_GRID), with leave-one-out: the
+    A100 rows and the 9 H100 SXM rows; the 5 H100 PCIe rows (published_gpu) take the SXM fit."""
     # The H100 PCIe rows take the SXM fit (same chip and kernels): validation only, not gridded.
     runs = [(row, run) for row, run in published_runs(csv_path, folder) if published_gpu(row) in FITTED_GPUS]
     rows = {run.name: row for row, run in runs}
