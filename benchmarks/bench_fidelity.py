@@ -51,6 +51,7 @@ from sim.bench.lambda_set import (  # noqa: E402
 from sim.bench.published_set import (  # noqa: E402
     PUBLISHED_GRID,
     SHAREGPT_SAMPLE,
+    published_gpu,
     published_runs,
     published_scenario,
     replay_published,
@@ -61,6 +62,7 @@ from sim.bench.table import many_files_table, median_abs_errors  # noqa: E402
 
 DEFAULT_BENCH = REPO.parent / "shared" / "bench" / "vllm_bench"
 PUBLISHED_METRICS = ("request_throughput", "mean_ttft_ms", "mean_tpot_ms")
+FITTED_GPUS = ("A100-80GB", "H100-80GB")  # the published rows' GPUs with vllm-v1 terms of their own
 
 
 def _medians_line(label: str, results: list) -> str:
@@ -107,21 +109,24 @@ def published_table(csv_path: Path, folder: Path) -> None:
 
 
 def refit_published(csv_path: Path, folder: Path) -> None:
-    """--fit: the vllm-v1 terms per GPU on the published rows (PUBLISHED_GRID), with leave-one-out."""
-    runs = published_runs(csv_path, folder)
+    """--fit: the vllm-v1 terms per GPU on the published rows (PUBLISHED_GRID), with leave-one-out: the
+    A100 rows and the 9 H100 SXM rows; the 5 H100 PCIe rows (published_gpu) take the SXM fit."""
+    # The H100 PCIe rows take the SXM fit (same chip and kernels): validation only, not gridded.
+    runs = [(row, run) for row, run in published_runs(csv_path, folder) if published_gpu(row) in FITTED_GPUS]
     rows = {run.name: row for row, run in runs}
     files = [run for _row, run in runs]
     table = grid_table(files, lambda run: published_scenario(rows[run.name]), grid=PUBLISHED_GRID)
     fits = {}
-    for gpu in ("A100", "H100"):
-        members = [i for i, run in enumerate(files) if gpu in rows[run.name]["gpus"]]
+    for gpu in FITTED_GPUS:
+        members = [i for i, run in enumerate(files) if published_gpu(rows[run.name]) == gpu]
         fits[gpu] = fit_members(table, members)
-        _print_fit(f"vllm-v1 {gpu} (published)", fits[gpu])
+        _print_fit(f"vllm-v1 {gpu} (published, {len(members)} rows)", fits[gpu])
     # The shipped A100 entry: the front end is the API server's (CPU), which the A100 rows (no
     # low-load run) do not identify, so it keeps the H100 fit's front-end terms and fits its FLOP scale.
-    members = [i for i, run in enumerate(files) if "A100" in rows[run.name]["gpus"]]
+    members = [i for i, run in enumerate(files) if published_gpu(rows[run.name]) == "A100-80GB"]
     _print_fit(
-        "vllm-v1 A100, H100's front end", fit_members(_with_frontend_of(table, fits["H100"].terms), members)
+        "vllm-v1 A100, H100's front end",
+        fit_members(_with_frontend_of(table, fits["H100-80GB"].terms), members),
     )
 
 

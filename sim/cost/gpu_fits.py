@@ -50,18 +50,27 @@ GPU_LINEAR_FITS: dict[str, LinearFit] = {
         _H100_FIT.hbm_fraction, _H100_FIT.flops_fraction, _H100_FIT.smooth_p, _H100_FIT.fixed_s,
         source="no measured file: the H100-80GB fit (same GH100 chip, HBM3e)",
     ),
+    "H100-PCIe-80GB": LinearFit(
+        _H100_FIT.hbm_fraction, _H100_FIT.flops_fraction, _H100_FIT.smooth_p, _H100_FIT.fixed_s,
+        source="no measured file: the H100-80GB fit (same GH100 chip, HBM2e, PCIe board)",
+    ),
     "L4": UNMEASURED_LINEAR_FIT,
 }  # fmt: skip
 
 # Which measured all-reduce table (sim/cost/network.py) a GPU's TP group uses, and a time scale for
 # GPUs whose links are slower than that node's: H200 boards use the H100's NVLink 4 / NVSwitch; the
 # L4 has no NVLink, so its PCIe Gen4 x16 (32 GB/s one way) is taken as 300/32 = 9.375x slower than
-# the A100's NVLink 3 (300 GB/s one way), a rough estimate of the bandwidth regime.
+# the A100's NVLink 3 (300 GB/s one way), a rough estimate of the bandwidth regime. The H100 PCIe
+# board has no NVLink by default (an optional bridge joins pairs only; NVIDIA H100 datasheet), so the
+# same rule: PCIe Gen5 x16 (64 GB/s one way) is 300/64 = 4.6875x slower than NVLink 3. A scale other
+# than 1 also turns off vLLM's custom all-reduce (sim/cost/network.py), as vLLM does on PCIe-only
+# groups of more than two GPUs. No published row uses TP > 1 on it.
 GPU_NETWORKS: dict[str, tuple[str, float]] = {
     "A100-40GB": ("a100_dgx", 1.0),
     "A100-80GB": ("a100_dgx", 1.0),
     "H100-80GB": ("h100_dgx", 1.0),
     "H200-141GB": ("h100_dgx", 1.0),
+    "H100-PCIe-80GB": ("a100_dgx", 300 / 64),
     "L4": ("a100_dgx", 9.375),
 }
 UNMEASURED_NETWORK: tuple[str, float] = ("a100_dgx", 1.0)

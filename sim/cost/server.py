@@ -186,7 +186,8 @@ def check_terms(values: dict[str, Any], where: str) -> dict[str, float]:
 #   The earlier-script runs keep these GPU-side terms with their own front end and stream cost
 #   (sim/bench/lambda_set.py EARLIER_TERMS).
 # - vllm-v1: the gpustack rows of ../shared/bench/published.csv (vLLM 0.11, `vllm serve` defaults;
-#   sim/bench/published_set.py), H100 fitted on its 14 rows over PUBLISHED_GRID, with the API-server
+#   sim/bench/published_set.py), H100 fitted over PUBLISHED_GRID on its 9 "1x H100 SXM" rows (Qwen3-8B,
+#   14B; until the Qwen3-32B "1x H100" rows were found to be an H100 PCIe, on all 14), with the API-server
 #   loop modelled (a burst taken in together, `frontend_turn_share`; outputs through the same loop,
 #   `output_service_s`); the front end is the API server's (CPU), so the A100 keeps the H100 fit's
 #   front-end terms (the A100 rows have no low-load run to identify them) and fits only its FLOP
@@ -196,11 +197,23 @@ def check_terms(values: dict[str, Any], where: str) -> dict[str, float]:
 #   embedding as a lookup and the LM head per sampled position (Qwen3's per-token FLOPs 5-15 %
 #   lower) the FLOP scales were refitted with the other terms held (H100 over 0.45 / 0.5 / 0.55 /
 #   0.6: 0.5 in place of 0.6, now a PUBLISHED_GRID point; A100 over 0.8 / 0.9 / 1.0: still 1.0).
+#   The full PUBLISHED_GRID refit on the 9 SXM rows alone returns the same point (0.043 s, 15 ms, FLOP
+#   scale 0.5, share 0.25, 0.1 ms; held out TTFT / TPOT / req/s 5.4 / 3.7 / 4.8 %), and the A100's FLOP
+#   scale with its front end stays 1.0. The H100 PCIe (the Qwen3-32B rows) takes the SXM's terms: same
+#   GH100 chip, kernels and vLLM build; its rows are validation only (docs/cost_model.md "Whole server").
 # Other engine/GPU pairs get neutral terms (the operator model alone).
 _V0_STACK: dict[str, Any] = {
     "custom_all_reduce": True,
     "ray_workers": False,
     "frontend_in_engine_process": True,
+}
+_V1_H100: dict[str, Any] = {
+    "frontend_s": 0.043,
+    "frontend_service_s": 0.015,
+    "flops_efficiency_scale": 0.5,
+    "overhead_scale": 1.0,
+    "frontend_turn_share": 0.25,
+    "output_service_s": 1e-4,
 }
 SHIPPED_TERMS: dict[tuple[str, str], dict[str, Any]] = {
     ("vllm-v0", "A100-80GB"): {
@@ -225,14 +238,10 @@ SHIPPED_TERMS: dict[tuple[str, str], dict[str, Any]] = {
         "frontend_turn_share": 0.25,
         "output_service_s": 1e-4,
     },
-    ("vllm-v1", "H100-80GB"): {
-        "frontend_s": 0.043,
-        "frontend_service_s": 0.015,
-        "flops_efficiency_scale": 0.5,
-        "overhead_scale": 1.0,
-        "frontend_turn_share": 0.25,
-        "output_service_s": 1e-4,
-    },
+    ("vllm-v1", "H100-80GB"): _V1_H100,
+    # Same GH100 chip, kernels and vLLM build as the SXM part: its terms, not a fit of its own (its 5
+    # published rows are validation only).
+    ("vllm-v1", "H100-PCIe-80GB"): _V1_H100,
 }
 
 

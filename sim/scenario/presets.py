@@ -227,6 +227,14 @@ GPU_PRESETS: dict[str, GpuSpec] = {
             name="H100-80GB", memory_bytes=81559 * MiB, hbm_bandwidth_bytes_per_s=3.35e12,
             peak_flops=989.4e12, pcie_bandwidth_bytes_per_s=64e9,
         ),
+        # NVIDIA H100 Tensor Core GPU datasheet, "H100 PCIe" column: 80 GB HBM2e, 2.0 TB/s, BF16 1,513
+        # TFLOP/s with sparsity (756 dense), PCIe Gen5 x16 (128 GB/s both ways: 64 one way). Memory as
+        # nvidia-smi shows it is taken as the SXM part's 81559 MiB (same 80 GB of HBM, same reservation).
+        # The gpustack Qwen3-32B "1x H100" rows ran on one (sim/bench/published_set.py).
+        GpuSpec(
+            name="H100-PCIe-80GB", memory_bytes=81559 * MiB, hbm_bandwidth_bytes_per_s=2.0e12,
+            peak_flops=756e12, pcie_bandwidth_bytes_per_s=64e9,
+        ),
         GpuSpec(
             name="H200-141GB", memory_bytes=143771 * MiB, hbm_bandwidth_bytes_per_s=4.8e12,
             peak_flops=989.4e12, pcie_bandwidth_bytes_per_s=64e9,
@@ -268,6 +276,8 @@ _ALIASES: dict[str, str] = {
     "a100-80g": "A100-80GB",
     "h100": "H100-80GB",
     "h100-sxm": "H100-80GB",
+    "h100-pcie": "H100-PCIe-80GB",
+    "h100-pcie-80g": "H100-PCIe-80GB",
     "h200": "H200-141GB",
     "h200-141g": "H200-141GB",
     "b200-180gb": "B200",

@@ -81,9 +81,10 @@ def quantized_model(model: ModelSpec, quantization: str | None) -> ModelSpec:
 
 
 # The linear layers' GEMM FLOP rate with FP8 weights over the BF16 GEMM rate, per GPU preset.
-# - Hopper (H100, H200), W8A8 as vLLM runs it: HOPPER_W8A8_SPEEDUP, a measured kernel figure, not the
-#   datasheet's 2x (1,979 / 989.4 dense TFLOP/s, NVIDIA H100 Tensor Core GPU datasheet, SXM column);
-#   H200 is the same Hopper die, clocks and kernels (NVIDIA H200 datasheet: 3,958 / 1,979 sparse).
+# - Hopper (H100 SXM and PCIe, H200), W8A8 as vLLM runs it: HOPPER_W8A8_SPEEDUP, a measured kernel
+#   figure, not the datasheet's 2x (1,979 / 989.4 dense TFLOP/s, NVIDIA H100 Tensor Core GPU datasheet,
+#   SXM column; the PCIe column's 1,513 / 756 is the same 2x); H200 is the same Hopper die, clocks and
+#   kernels (NVIDIA H200 datasheet: 3,958 / 1,979 sparse).
 # - Other parts with FP8 tensor cores, no kernel figure found, the datasheet's dense FP8 over dense
 #   BF16 peak: L4 485 / 242 sparse (NVIDIA L4 datasheet); B200 4.5 / 2.25 PFLOP/s dense (NVIDIA DGX
 #   B200 datasheet, per GPU).
@@ -120,6 +121,7 @@ FP8_GEMM_SPEEDUP: dict[str, float] = {
     "A100-40GB": MARLIN_COMPUTE_SCALE,
     "A100-80GB": MARLIN_COMPUTE_SCALE,
     "H100-80GB": HOPPER_W8A8_SPEEDUP,
+    "H100-PCIe-80GB": HOPPER_W8A8_SPEEDUP,
     "H200-141GB": HOPPER_W8A8_SPEEDUP,
     "L4": 485.0 / 242.0,
     "B200": 4.5 / 2.25,

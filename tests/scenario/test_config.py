@@ -111,8 +111,8 @@ def test_model_presets(name: str, kv_bytes_per_token: int, max_context: int) -> 
 
 
 def test_every_preset_is_listed_and_names_are_case_insensitive() -> None:
-    # issue 14 added 9 models, B200, MI300X; issue 21 the 4 held-out LambdaLabsML models
-    assert len(MODEL_PRESETS) == 23 and len(GPU_PRESETS) == 7
+    # issue 14 added 9 models, B200, MI300X; issue 21 the 4 held-out LambdaLabsML models and the H100 PCIe
+    assert len(MODEL_PRESETS) == 23 and len(GPU_PRESETS) == 8
     assert model_preset("meta-llama/Meta-Llama-3-8B").name == "Llama-3-8B"
     assert gpu_preset("h100").name == "H100-80GB"
     assert gpu_preset("a100-80gb").memory_bytes == 80 * GiB
