@@ -4,7 +4,8 @@ Why from the config and not a table: every model on the Hub ships one, and the n
 step time depend on (layers, KV heads, head dim, MLA ranks, window layout, experts) are all in it.
 The parameter count is computed from the same fields (embeddings, attention, MLP or experts, norms),
 so MoE models get both the weights held in memory (`num_params`) and the weights one token uses
-(`active_params`, the cost model's FLOPs). Field names follow transformers' config classes
+(`active_params`, the cost model's FLOPs) and the routed experts a step reads only in part
+(`routed_expert_params`, docs/cost_model.md "MoE"). Field names follow transformers' config classes
 (LlamaConfig, Qwen2/3(Moe)Config, MistralConfig, Gemma3TextConfig, DeepseekV3Config, GptOssConfig).
 
 Every problem is one `ScenarioError` line naming the file and the field.
