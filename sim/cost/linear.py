@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from sim.scenario.quantization import embedding_params
+from sim.scenario.quantization import QUANTIZATION_BYTES, embedding_params
 
 # Vidur's per-layer ops that make up "the linear part of one layer" (the embedding is once per model,
 # not per layer, so it is left out). Columns are `time_stats.<op>.median`, in milliseconds.
@@ -92,9 +92,32 @@ class LayerShape:
 
 def _compute_params(model: Any) -> int:
     """Parameters whose weights every token multiplies: all of them for a dense model, the active
-    experts' for a mixture of experts (which still reads all its weights; `ModelSpec.compute_params`).
+    experts' for a mixture of experts (`ModelSpec.compute_params`). What an MoE step reads is the
+    dense part plus the experts its tokens touch (`routed_expert_weight_bytes`, sim/cost/model.py
+    `CostModel.linear_time_s`).
     """
     return int(model.compute_params)
+
+
+def routed_expert_weight_bytes(model: Any) -> int:
+    """Stored bytes of all routed experts (whole model, before TP); 0 when not known (dense models,
+    presets without `routed_expert_params`: every weight is read every step, as before).
+
+    An FP8 `--quantization` stores every linear layer, experts included, at its bytes per weight
+    (sim/scenario/quantization.py `quantized_model`); else the checkpoint's stored experts
+    (`ModelSpec.routed_expert_bytes`: DeepSeek-V3 FP8, gpt-oss MXFP4); else params x dtype. Never more
+    than the model's weight bytes, so the dense part read every step is never negative.
+    """
+    params = getattr(model, "routed_expert_params", None)
+    if not params:
+        return 0
+    if model.weight_quantization in QUANTIZATION_BYTES:
+        stored = params * QUANTIZATION_BYTES[model.weight_quantization]
+    elif model.routed_expert_bytes is not None:
+        stored = model.routed_expert_bytes
+    else:
+        stored = params * model.dtype_bytes
+    return min(int(stored), int(model.weight_bytes))
 
 
 def lm_head_params(model: Any) -> int:

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from sim.cost.limits import check_step_cost
-from sim.cost.linear import lm_head_params, per_token_compute_params
+from sim.cost.linear import lm_head_params, per_token_compute_params, routed_expert_weight_bytes
 from sim.cost.network import AllReduceModel, CustomAllReduceModel
 from sim.cost.overhead import DEFAULT_ENGINE
 from sim.cost.parts import is_linear_profile, step_parts
@@ -223,6 +223,21 @@ def _steps_starting_before(
     return count
 
 
+def expected_experts_touched(tokens: int, num_experts: int, experts_per_token: int) -> float:
+    """Expected distinct experts of one MoE layer that `tokens` tokens select, each token routed to
+    `experts_per_token` distinct of `num_experts`: E x (1 - (1 - k/E)^tokens).
+
+    A modelling choice (docs/cost_model.md "MoE"): routing uniform and independent across tokens, so
+    an expert is missed by one token with probability 1 - k/E. Real routers are imbalanced (popular
+    experts), which touches fewer experts at the same batch (for independent tokens the uniform
+    router maximises the expected count), so the weight reads here are, if anything, high.
+    """
+    if tokens <= 0 or num_experts <= 0:
+        return 0.0
+    missed = (1.0 - experts_per_token / float(num_experts)) ** tokens
+    return num_experts * (1.0 - missed)
+
+
 def _float_arange(count: int) -> np.ndarray:
     """np.arange(count, dtype=float64) as a read-only view of a cached array (one per jump otherwise)."""
     global _FLOAT_ARANGE
@@ -281,6 +296,11 @@ class CostModel:
     frontend_service_s: float = 0.0  # per request, the front end's serial work before the engine sees it
     frontend_blocks_engine: bool = False  # the front end shares the engine's event loop (vLLM v0)
     server_source: str = "neutral"  # where the server-level terms come from
+    # MoE: the routed experts' bytes per GPU (part of `weight_bytes`; 0 for a dense model) and the
+    # routing; a step reads only the experts its tokens touch (`weight_read_bytes`).
+    routed_expert_bytes: float = 0.0
+    num_experts: int = 0
+    experts_per_token: int = 0
     # Memos of the per-batch-size terms, keyed by the number of decoding sequences (bounded by
     # max_num_seqs): the engine prices the same few batch sizes on every turn. Same floats as computing
     # them afresh; not part of the model's value (compare=False) and empty in every copy.
@@ -371,6 +391,9 @@ class CostModel:
             frontend_service_s=terms.frontend_service_s,
             frontend_blocks_engine=parts.frontend_blocks_engine,
             server_source=terms.source,
+            routed_expert_bytes=routed_expert_weight_bytes(model) / tp,
+            num_experts=model.num_experts,
+            experts_per_token=model.experts_per_token,
         )
         check_step_cost(cost, scenario)  # a step of inf (or 1e300) s is refused here, by its term
         return cost
@@ -457,7 +480,8 @@ class CostModel:
         """
         if tokens <= 0:
             return 0.0
-        memory = (self.weight_bytes + tokens * self.gemm_bytes_per_token) / self.hbm_bytes_per_s
+        weights = self.weight_bytes if self.routed_expert_bytes == 0.0 else self.weight_read_bytes(tokens)
+        memory = (weights + tokens * self.gemm_bytes_per_token) / self.hbm_bytes_per_s
         compute = tokens * self.flops_per_token / (self.flops_per_s * self.linear_flops_scale)
         if sampled_seqs > 0 and self.lm_head_flops_per_seq:
             compute += sampled_seqs * self.lm_head_flops_per_seq / self.flops_per_s
@@ -468,6 +492,22 @@ class CostModel:
             p = self.smooth_p
             gemm = big * ((memory / big) ** p + (compute / big) ** p) ** (1.0 / p)
         return self.linear_fixed_s + gemm + tokens * self.elementwise_bytes_per_token / self.hbm_bytes_per_s
+
+    def weight_read_bytes(self, tokens: int) -> float:
+        """Weight bytes per GPU a step of `tokens` batch tokens reads: the dense part (attention, norms,
+        router, shared experts, dense layers, embeddings: all of `weight_bytes` but the routed experts)
+        + the routed experts x the expected fraction touched (`expected_experts_touched` / experts).
+
+        Why: vLLM's fused MoE (vllm/model_executor/layers/fused_moe/fused_moe.py) groups the tokens by
+        expert (`moe_align_block_size`, each group padded to BLOCK_SIZE_M) and launches blocks only
+        for those groups, so an expert no token is routed to is never loaded. A dense model (no routed
+        experts) reads `weight_bytes` whatever the batch.
+        """
+        if self.routed_expert_bytes == 0.0 or tokens <= 0:
+            return self.weight_bytes
+        touched = expected_experts_touched(tokens, self.num_experts, self.experts_per_token)
+        dense = self.weight_bytes - self.routed_expert_bytes
+        return dense + self.routed_expert_bytes * (touched / self.num_experts)
 
     def all_reduce_time_s(self, tokens: int) -> float:
         """TP all-reduces of one step: two per layer, each of tokens x hidden x dtype bytes (0 at TP 1)."""

@@ -4,7 +4,8 @@ Why from the config and not a table: every model on the Hub ships one, and the n
 step time depend on (layers, KV heads, head dim, MLA ranks, window layout, experts) are all in it.
 The parameter count is computed from the same fields (embeddings, attention, MLP or experts, norms),
 so MoE models get both the weights held in memory (`num_params`) and the weights one token uses
-(`active_params`, the cost model's FLOPs). Field names follow transformers' config classes
+(`active_params`, the cost model's FLOPs) and the routed experts a step reads only in part
+(`routed_expert_params`, docs/cost_model.md "MoE"). Field names follow transformers' config classes
 (LlamaConfig, Qwen2/3(Moe)Config, MistralConfig, Gemma3TextConfig, DeepseekV3Config, GptOssConfig).
 
 Every problem is one `ScenarioError` line naming the file and the field.
@@ -167,20 +168,34 @@ def _sparse_step(f: _Fields) -> int:
     return f.int("decoder_sparse_step", "interleave_moe_layer_step", default=1, minimum=1)
 
 
-def _mlp_params(f: _Fields, hidden: int, layer: int) -> tuple[int, int]:
-    """(all, active) MLP parameters of one layer: a gated MLP, or routed + shared experts and a router."""
+def _is_moe_layer(f: _Fields, layer: int) -> bool:
+    """Whether decoder layer `layer` has routed experts: experts > 0, index >= first_k_dense_replace,
+    not in mlp_only_layers, and (index + 1) divisible by the sparse step (`_sparse_step`)."""
     experts = f.int("n_routed_experts", "num_local_experts", "num_experts", default=0, minimum=0)
     dense_first = f.int("first_k_dense_replace", default=0, minimum=0)
-    sparse_step = _sparse_step(f)
     mlp_only = f.data.get("mlp_only_layers") or []
-    if experts == 0 or layer < dense_first or layer in mlp_only or (layer + 1) % sparse_step != 0:
-        dense = 3 * hidden * f.int("intermediate_size_mlp", "intermediate_size")  # Llama 4 names both
-        return dense, dense
-    per_token = f.int("num_experts_per_tok", "experts_per_token")
+    return not (
+        experts == 0 or layer < dense_first or layer in mlp_only or (layer + 1) % _sparse_step(f) != 0
+    )
+
+
+def _expert_params(f: _Fields, hidden: int) -> int:
+    """One routed expert's parameters: gate, up and down projections (gpt-oss: and their biases)."""
     width = f.int("moe_intermediate_size", default=None) or f.int("intermediate_size")
     expert = 3 * hidden * width
     if f.data.get("model_type") == "gpt_oss":  # biased gate_up and down projections
         expert += 3 * width
+    return expert
+
+
+def _mlp_params(f: _Fields, hidden: int, layer: int) -> tuple[int, int]:
+    """(all, active) MLP parameters of one layer: a gated MLP, or routed + shared experts and a router."""
+    experts = f.int("n_routed_experts", "num_local_experts", "num_experts", default=0, minimum=0)
+    if not _is_moe_layer(f, layer):
+        dense = 3 * hidden * f.int("intermediate_size_mlp", "intermediate_size")  # Llama 4 names both
+        return dense, dense
+    per_token = f.int("num_experts_per_tok", "experts_per_token")
+    expert = _expert_params(f, hidden)
     shared = f.int("n_shared_experts", default=0, minimum=0) * expert
     if f.int("shared_expert_intermediate_size", default=0, minimum=0):  # Qwen2-MoE: one shared expert
         shared += 3 * hidden * f.int("shared_expert_intermediate_size")
@@ -214,6 +229,26 @@ def count_params(data: dict[str, Any], where: str = "config") -> tuple[int, int]
         total += count * mlp_all
         active += count * mlp_active
     return total, active
+
+
+def count_routed_expert_params(data: dict[str, Any], where: str = "config") -> int:
+    """Parameters of all routed experts of all MoE layers (0 for a dense model): what a step reads
+    only for the experts its tokens are routed to (sim/cost/model.py `CostModel.linear_time_s`).
+
+    Shared experts, the router, attention, norms, dense layers (DeepSeek's first three) and the
+    embeddings are not in it: every step reads them whatever the routing.
+    """
+    f = _Fields(data, where)
+    experts = f.int("n_routed_experts", "num_local_experts", "num_experts", default=0, minimum=0)
+    if experts == 0:
+        return 0
+    hidden = f.int("hidden_size")
+    moe_layers = sum(
+        count
+        for representative, count in _mlp_layer_classes(f, f.int("num_hidden_layers"))
+        if _is_moe_layer(f, representative)
+    )
+    return moe_layers * experts * _expert_params(f, hidden)
 
 
 def _mlp_layer_classes(f: _Fields, layers: int) -> list[tuple[int, int]]:
@@ -287,6 +322,7 @@ def spec_from_config(data: dict[str, Any], name: str = "custom", where: str = "c
         if experts
         else 0,
         active_params=active if active != total else None,
+        routed_expert_params=count_routed_expert_params(data, where) if experts else None,
     )
 
 

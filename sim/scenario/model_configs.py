@@ -112,3 +112,20 @@ def checkpoint_bytes(name: str, num_params: int, config: dict[str, Any]) -> int 
         expert_params = config["num_hidden_layers"] * config["num_local_experts"] * 3 * hidden * width
         return round(expert_params * 4.25 / 8 + (num_params - expert_params) * 2)
     return None
+
+
+def routed_expert_bytes(name: str, routed_params: int | None, config: dict[str, Any]) -> int | None:
+    """The routed experts as stored, where `checkpoint_bytes` stores the model other than params x dtype.
+
+    Same formats as `checkpoint_bytes`: DeepSeek-V3 1 byte per parameter; gpt-oss-120b the expert
+    weights in MXFP4 (4.25 bits) and their biases (3 x width per expert) in bf16. None otherwise.
+    """
+    if routed_params is None:
+        return None
+    if name == "DeepSeek-V3":
+        return routed_params
+    if name == "gpt-oss-120b":
+        hidden, width = config["hidden_size"], config["intermediate_size"]
+        expert_weights = config["num_hidden_layers"] * config["num_local_experts"] * 3 * hidden * width
+        return round(expert_weights * 4.25 / 8 + (routed_params - expert_weights) * 2)
+    return None

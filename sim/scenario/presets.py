@@ -46,6 +46,13 @@ class ModelSpec(BaseModel):
     checkpoint_bytes: int | None = Field(
         default=None, ge=1
     )  # weights as stored (FP8, MXFP4); None: params x dtype
+    # All routed experts of all MoE layers (sim/scenario/hf_config.py `count_routed_expert_params`): a
+    # step reads only the experts its tokens are routed to (sim/cost/model.py `linear_time_s`). None: a
+    # dense model, or a preset without it (every weight read every step, as before).
+    routed_expert_params: int | None = Field(default=None, ge=1)
+    # Those experts as stored when not params x dtype (DeepSeek-V3 FP8, gpt-oss MXFP4:
+    # sim/scenario/model_configs.py `routed_expert_bytes`); None: params x dtype
+    routed_expert_bytes: int | None = Field(default=None, ge=1)
     # The linear layers' --quantization ("fp8") when set by sim/scenario/quantization.py; the cost
     # model reads it for the GEMM FLOP rate (`linear_flops_scale`). None: the model dtype.
     weight_quantization: str | None = None
@@ -68,6 +75,19 @@ class ModelSpec(BaseModel):
             raise ValueError("num_window_layers needs sliding_window_tokens")
         if (self.kv_lora_rank == 0) != (self.qk_rope_head_dim == 0):
             raise ValueError("MLA needs both kv_lora_rank and qk_rope_head_dim (or neither)")
+        return self
+
+    @model_validator(mode="after")
+    def _routed_experts_fit(self) -> ModelSpec:
+        """Routed experts need a routing (experts and experts per token) and fit in the parameters."""
+        if self.routed_expert_params is None:
+            return self
+        if self.num_experts == 0 or self.experts_per_token == 0:
+            raise ValueError("routed_expert_params needs num_experts and experts_per_token")
+        if self.routed_expert_params > self.num_params:
+            raise ValueError(
+                f"routed_expert_params={self.routed_expert_params:,} exceeds num_params={self.num_params:,}"
+            )
         return self
 
     @model_validator(mode="after")
@@ -385,12 +405,14 @@ def _add_config_presets() -> None:
     """The issue-14 presets, built from their config.json fields (sim/scenario/model_configs.py) by the
     `--model config.json` reader, so both paths share one computation."""
     from sim.scenario.hf_config import spec_from_config
-    from sim.scenario.model_configs import MODEL_CONFIGS, checkpoint_bytes
+    from sim.scenario.model_configs import MODEL_CONFIGS, checkpoint_bytes, routed_expert_bytes
 
     for name, config in MODEL_CONFIGS.items():
         spec = spec_from_config(config, name=name, where=f"preset {name}")
         stored = checkpoint_bytes(name, spec.num_params, config)
-        MODEL_PRESETS[name] = spec.model_copy(update={"checkpoint_bytes": stored}) if stored else spec
+        experts = routed_expert_bytes(name, spec.routed_expert_params, config)
+        update = {"checkpoint_bytes": stored, "routed_expert_bytes": experts}
+        MODEL_PRESETS[name] = spec.model_copy(update=update) if stored else spec
 
 
 _add_config_presets()
