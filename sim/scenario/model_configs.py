@@ -99,33 +99,30 @@ MODEL_CONFIGS: dict[str, dict[str, Any]] = {
 }  # fmt: skip
 
 
-def checkpoint_bytes(name: str, num_params: int, config: dict[str, Any]) -> int | None:
-    """Weights as stored when the checkpoint is not in the model dtype (None: params x dtype bytes).
+def _stored_bytes(name: str, params: int, config: dict[str, Any]) -> int | None:
+    """`params` of `name` as its checkpoint stores them (None: params x dtype bytes).
 
-    DeepSeek-V3: FP8 weights, 1 byte per parameter (block scales ignored). gpt-oss-120b: experts in
-    MXFP4 (4-bit values + one 8-bit scale per 32 = 4.25 bits), everything else bf16.
+    DeepSeek-V3: FP8, 1 byte per parameter (block scales ignored). gpt-oss-120b: the expert weights
+    in MXFP4 (4-bit values + one 8-bit scale per 32 = 4.25 bits), everything else (the experts'
+    biases included) in bf16; `params` must contain all the expert weights.
     """
     if name == "DeepSeek-V3":
-        return num_params
-    if name == "gpt-oss-120b":
-        hidden, width = config["hidden_size"], config["intermediate_size"]
-        expert_params = config["num_hidden_layers"] * config["num_local_experts"] * 3 * hidden * width
-        return round(expert_params * 4.25 / 8 + (num_params - expert_params) * 2)
-    return None
-
-
-def routed_expert_bytes(name: str, routed_params: int | None, config: dict[str, Any]) -> int | None:
-    """The routed experts as stored, where `checkpoint_bytes` stores the model other than params x dtype.
-
-    Same formats as `checkpoint_bytes`: DeepSeek-V3 1 byte per parameter; gpt-oss-120b the expert
-    weights in MXFP4 (4.25 bits) and their biases (3 x width per expert) in bf16. None otherwise.
-    """
-    if routed_params is None:
-        return None
-    if name == "DeepSeek-V3":
-        return routed_params
+        return params
     if name == "gpt-oss-120b":
         hidden, width = config["hidden_size"], config["intermediate_size"]
         expert_weights = config["num_hidden_layers"] * config["num_local_experts"] * 3 * hidden * width
-        return round(expert_weights * 4.25 / 8 + (routed_params - expert_weights) * 2)
+        return round(expert_weights * 4.25 / 8 + (params - expert_weights) * 2)
     return None
+
+
+def checkpoint_bytes(name: str, num_params: int, config: dict[str, Any]) -> int | None:
+    """Weights as stored when the checkpoint is not in the model dtype (None: params x dtype bytes)."""
+    return _stored_bytes(name, num_params, config)
+
+
+def routed_expert_bytes(name: str, routed_params: int | None, config: dict[str, Any]) -> int | None:
+    """The routed experts as stored, where `checkpoint_bytes` stores the model other than params x dtype
+    (gpt-oss-120b: their weights in MXFP4, their biases, 3 x width per expert, in bf16). None otherwise."""
+    if routed_params is None:
+        return None
+    return _stored_bytes(name, routed_params, config)
