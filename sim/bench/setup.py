@@ -20,6 +20,11 @@ from sim.errors import ScenarioError
 V0_AUTO_CHUNKED_PREFILL_ABOVE_TOKENS = 32 * 1024
 
 
+def v0_auto_chunked(max_model_len: int | None) -> bool:
+    """Whether vLLM v0.5 turns chunked prefill on by itself for this max_model_len (> 32K)."""
+    return int(max_model_len or 0) > V0_AUTO_CHUNKED_PREFILL_ABOVE_TOKENS
+
+
 def file_flags(bench: BenchFile, flags: dict[str, Any]) -> dict[str, Any]:
     """The flags with model (and its quantization), GPU, TP and max_model_len filled in from the
     file where not given."""
@@ -52,7 +57,7 @@ def scenario_for_file(bench: BenchFile, flags: dict[str, Any], build: Callable[[
         (filled.get("engine") or "vllm-v0") == "vllm-v0"
         and filled.get("enable_chunked_prefill") is None
         and filled.get("max_num_batched_tokens") is None
-        and int(filled.get("max_model_len") or 0) > V0_AUTO_CHUNKED_PREFILL_ABOVE_TOKENS
+        and v0_auto_chunked(filled.get("max_model_len"))
     ):
         filled.update(enable_chunked_prefill=True, max_num_batched_tokens=512)
     return build(filled)

@@ -63,8 +63,11 @@ GPU_LINEAR_FITS: dict[str, LinearFit] = {
 # the A100's NVLink 3 (300 GB/s one way), a rough estimate of the bandwidth regime. The H100 PCIe
 # board has no NVLink by default (an optional bridge joins pairs only; NVIDIA H100 datasheet), so the
 # same rule: PCIe Gen5 x16 (64 GB/s one way) is 300/64 = 4.6875x slower than NVLink 3. A scale other
-# than 1 also turns off vLLM's custom all-reduce (sim/cost/network.py), as vLLM does on PCIe-only
-# groups of more than two GPUs. No published row uses TP > 1 on it.
+# than 1 also turns off vLLM's custom all-reduce (sim/cost/network.py `CustomAllReduceModel.applies`)
+# for every group size. vLLM turns it off on PCIe-only groups of more than two GPUs and keeps it for
+# two (vllm/distributed/device_communicators/custom_all_reduce.py: "not supported on more than two
+# PCIe-only GPUs"); a PCIe pair is modelled with NCCL's table scaled instead, a simplification with
+# no measured PCIe all-reduce to check it. No published row uses TP > 1 on these GPUs.
 GPU_NETWORKS: dict[str, tuple[str, float]] = {
     "A100-40GB": ("a100_dgx", 1.0),
     "A100-80GB": ("a100_dgx", 1.0),

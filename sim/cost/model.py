@@ -234,7 +234,7 @@ def expected_experts_touched(tokens: int, num_experts: int, experts_per_token: i
     """
     if tokens <= 0 or num_experts <= 0:
         return 0.0
-    missed = (1.0 - experts_per_token / float(num_experts)) ** tokens
+    missed = max(0.0, 1.0 - experts_per_token / float(num_experts)) ** tokens  # k <= E (ModelSpec checks it)
     return num_experts * (1.0 - missed)
 
 
@@ -683,6 +683,7 @@ class CostModel:
             "layout_factor": self.layout_factor,
             "block_size": self.block_size,
             "kv_fit_layout": None if self.kv_fit is None else self.kv_fit.layout,
+            # every weight once; an MoE step reads less at small batches (`weight_read_bytes`)
             "weight_read_s": self.weight_bytes / self.hbm_bytes_per_s,
             "kv_bytes_per_token": self.kv_bytes_per_token,
             "hbm_bytes_per_s": self.hbm_bytes_per_s,

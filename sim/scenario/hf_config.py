@@ -322,7 +322,9 @@ def spec_from_config(data: dict[str, Any], name: str = "custom", where: str = "c
         if experts
         else 0,
         active_params=active if active != total else None,
-        routed_expert_params=count_routed_expert_params(data, where) if experts else None,
+        # None where the config names experts but no layer routes to them (e.g. first_k_dense_replace
+        # covering every layer): a dense model, whatever its expert fields say.
+        routed_expert_params=(count_routed_expert_params(data, where) or None) if experts else None,
     )
 
 

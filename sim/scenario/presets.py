@@ -84,6 +84,10 @@ class ModelSpec(BaseModel):
             return self
         if self.num_experts == 0 or self.experts_per_token == 0:
             raise ValueError("routed_expert_params needs num_experts and experts_per_token")
+        if self.experts_per_token > self.num_experts:
+            raise ValueError(
+                f"experts_per_token={self.experts_per_token} exceeds num_experts={self.num_experts}"
+            )
         if self.routed_expert_params > self.num_params:
             raise ValueError(
                 f"routed_expert_params={self.routed_expert_params:,} exceeds num_params={self.num_params:,}"
@@ -412,7 +416,7 @@ def _add_config_presets() -> None:
         stored = checkpoint_bytes(name, spec.num_params, config)
         experts = routed_expert_bytes(name, spec.routed_expert_params, config)
         update = {"checkpoint_bytes": stored, "routed_expert_bytes": experts}
-        MODEL_PRESETS[name] = spec.model_copy(update=update) if stored else spec
+        MODEL_PRESETS[name] = spec.model_copy(update=update) if stored or experts else spec
 
 
 _add_config_presets()

@@ -40,8 +40,9 @@ def test_fp8_weights_carry_their_format_and_bf16_weights_none() -> None:
 
 
 def test_hopper_fp8_gemms_run_at_the_measured_w8a8_rate_not_the_datasheet_peak() -> None:
-    # vLLM's FP8-over-BF16 GEMM benchmark on an H100: 1.43x (N = 12,288) to 1.69x (N = 43,008); the
-    # larger shape's figure, below the datasheet's 1,979 / 989.4 TFLOP/s = 2x
+    # a value inside vLLM's measured FP8-over-BF16 GEMM range (1.40-1.77x by shape and by whether the
+    # activation quantization is timed inside; sim/scenario/quantization.py), below the datasheet's
+    # 1,979 / 989.4 TFLOP/s = 2x
     assert HOPPER_W8A8_SPEEDUP == 1.69
     assert 1.43 <= HOPPER_W8A8_SPEEDUP < 1979.0 / 989.4
     assert FP8_GEMM_SPEEDUP["H100-80GB"] == FP8_GEMM_SPEEDUP["H200-141GB"] == HOPPER_W8A8_SPEEDUP

@@ -9,6 +9,7 @@ routed experts x E (1 - (1 - k/E)^tokens) / E (uniform independent routing, a mo
 from __future__ import annotations
 
 import dataclasses
+import itertools
 
 import pytest
 
@@ -126,3 +127,18 @@ def test_routed_params_need_a_routing_and_fit_in_the_model() -> None:
         ModelSpec(**{**base, "routed_expert_params": 1000})
     with pytest.raises(ValueError, match="exceeds num_params"):
         ModelSpec(**{**base, "num_experts": 8, "experts_per_token": 2, "routed_expert_params": 10**12})
+    with pytest.raises(ValueError, match="experts_per_token=8 exceeds num_experts=4"):
+        ModelSpec(**{**base, "num_experts": 4, "experts_per_token": 8, "routed_expert_params": 1000})
+
+
+def test_the_touched_count_never_exceeds_the_experts() -> None:
+    """E x (1 - (1 - k/E)^t) rises with t toward E and stays in [k, E] for t >= 1 (k <= E)."""
+    counts = [expected_experts_touched(tokens, 8, 2) for tokens in range(1, 40)]
+    assert counts[0] == pytest.approx(2.0) and all(a <= b <= 8.0 for a, b in itertools.pairwise(counts))
+    assert expected_experts_touched(3, 8, 8) == 8.0
+
+
+def test_a_config_whose_layers_are_all_dense_has_no_routed_experts() -> None:
+    """DeepSeek's first_k_dense_replace covering every layer: expert fields, but no MoE layer."""
+    config = {**MODEL_CONFIGS["DeepSeek-V3"], "first_k_dense_replace": 61}
+    assert spec_from_config(config, name="all-dense").routed_expert_params is None
