@@ -179,7 +179,7 @@ def check_terms(values: dict[str, Any], where: str) -> dict[str, float]:
 #   decode time). With the embedding as a lookup and the LM head per sampled position (sim/cost/linear.py
 #   `per_token_compute_params`) the refit moved it to 0 s with 4 ms per request (A100) and the
 #   H100's from 0.161 s to 0.182 s; the FLOP and overhead scales stayed. With the FP8 GEMM rates
-#   at served figures (H100 W8A8 1.69x, vLLM's measured kernel figure; Marlin 0.8, recalibrated on
+#   at served figures (H100 W8A8 1.69x, inside vLLM's measured kernel range; Marlin 0.8, recalibrated on
 #   Table 3's p10-p90 span) the refit kept every vllm-v0 term here (held out, all 27 runs, median
 #   |error| TTFT / TPOT / E2E / req/s 7.1 / 4.4 / 6.2 / 1.7 -> 4.3 / 4.2 / 2.6 / 2.1 %); only
 #   EARLIER_TERMS moved.

@@ -168,10 +168,16 @@ def _sparse_step(f: _Fields) -> int:
     return f.int("decoder_sparse_step", "interleave_moe_layer_step", default=1, minimum=1)
 
 
+def _num_experts(f: _Fields) -> int:
+    """Routed experts per MoE layer (0: dense), under the names the config families use: DeepSeek's
+    `n_routed_experts`, Mixtral's and gpt-oss's `num_local_experts`, Qwen-MoE's `num_experts`."""
+    return f.int("n_routed_experts", "num_local_experts", "num_experts", default=0, minimum=0)
+
+
 def _is_moe_layer(f: _Fields, layer: int) -> bool:
     """Whether decoder layer `layer` has routed experts: experts > 0, index >= first_k_dense_replace,
     not in mlp_only_layers, and (index + 1) divisible by the sparse step (`_sparse_step`)."""
-    experts = f.int("n_routed_experts", "num_local_experts", "num_experts", default=0, minimum=0)
+    experts = _num_experts(f)
     dense_first = f.int("first_k_dense_replace", default=0, minimum=0)
     mlp_only = f.data.get("mlp_only_layers") or []
     return not (
@@ -190,7 +196,7 @@ def _expert_params(f: _Fields, hidden: int) -> int:
 
 def _mlp_params(f: _Fields, hidden: int, layer: int) -> tuple[int, int]:
     """(all, active) MLP parameters of one layer: a gated MLP, or routed + shared experts and a router."""
-    experts = f.int("n_routed_experts", "num_local_experts", "num_experts", default=0, minimum=0)
+    experts = _num_experts(f)
     if not _is_moe_layer(f, layer):
         dense = 3 * hidden * f.int("intermediate_size_mlp", "intermediate_size")  # Llama 4 names both
         return dense, dense
@@ -239,7 +245,7 @@ def count_routed_expert_params(data: dict[str, Any], where: str = "config") -> i
     embeddings are not in it: every step reads them whatever the routing.
     """
     f = _Fields(data, where)
-    experts = f.int("n_routed_experts", "num_local_experts", "num_experts", default=0, minimum=0)
+    experts = _num_experts(f)
     if experts == 0:
         return 0
     hidden = f.int("hidden_size")
@@ -260,7 +266,7 @@ def _mlp_layer_classes(f: _Fields, layers: int) -> list[tuple[int, int]]:
     first_k_dense_replace, not in mlp_only_layers, and (index + 1) divisible by
     the sparse step (`_sparse_step`).
     """
-    experts = f.int("n_routed_experts", "num_local_experts", "num_experts", default=0, minimum=0)
+    experts = _num_experts(f)
     if experts == 0:
         return [(0, layers)]
     dense_first = min(f.int("first_k_dense_replace", default=0, minimum=0), layers)
@@ -299,7 +305,7 @@ def spec_from_config(data: dict[str, Any], name: str = "custom", where: str = "c
         raise f.fail("torch_dtype", f"unknown dtype {dtype!r} (known: {', '.join(_DTYPE_BYTES)})")
     flags = window_layer_flags(data, layers, where)
     total, active = count_params(data, where)
-    experts = f.int("n_routed_experts", "num_local_experts", "num_experts", default=0, minimum=0)
+    experts = _num_experts(f)
     return ModelSpec(
         name=name,
         num_layers=layers,

@@ -11,7 +11,7 @@ The GEMM FLOP rate (`linear_flops_scale`): where the GPU has FP8 tensor cores (c
 >= 8.9: Ada, Hopper, Blackwell) vLLM runs FP8 linear layers as W8A8 FP8 GEMMs (activations quantized
 per token or per tensor on the fly; `Fp8LinearMethod.apply` -> `apply_fp8_linear`, CUTLASS
 `cutlass_scaled_mm` / `torch._scaled_mm`), whose dense peak is twice the BF16 one on those parts;
-achieved, on Hopper, 1.69x (`HOPPER_W8A8_SPEEDUP`, a measured kernel figure).
+taken on Hopper as 1.69x (`HOPPER_W8A8_SPEEDUP`, a value inside vLLM's measured kernel range).
 Below 8.9 (A100) there are no FP8 tensor cores: vLLM runs the FP8 weights weight-only (W8A16)
 through the Marlin kernel (vllm/model_executor/layers/quantization/fp8.py `Fp8LinearMethod.__init__`:
 `self.use_marlin = capability < 89`, v0.5.x; utils/marlin_utils_fp8.py `apply_fp8_marlin_linear`:
@@ -81,10 +81,10 @@ def quantized_model(model: ModelSpec, quantization: str | None) -> ModelSpec:
 
 
 # The linear layers' GEMM FLOP rate with FP8 weights over the BF16 GEMM rate, per GPU preset.
-# - Hopper (H100 SXM and PCIe, H200), W8A8 as vLLM runs it: HOPPER_W8A8_SPEEDUP, a measured kernel
-#   figure, not the datasheet's 2x (1,979 / 989.4 dense TFLOP/s, NVIDIA H100 Tensor Core GPU datasheet,
-#   SXM column; the PCIe column's 1,513 / 756 is the same 2x); H200 is the same Hopper die, clocks and
-#   kernels (NVIDIA H200 datasheet: 3,958 / 1,979 sparse).
+# - Hopper (H100 SXM and PCIe, H200), W8A8 as vLLM runs it: HOPPER_W8A8_SPEEDUP, a value inside the
+#   measured kernel range (below), not the datasheet's 2x (1,979 / 989.4 dense TFLOP/s, NVIDIA H100
+#   Tensor Core GPU datasheet, SXM column; the PCIe column's 1,513 / 756 is the same 2x); H200 is the
+#   same Hopper die, clocks and kernels (NVIDIA H200 datasheet: 3,958 / 1,979 sparse).
 # - Other parts with FP8 tensor cores, no kernel figure found, the datasheet's dense FP8 over dense
 #   BF16 peak: L4 485 / 242 sparse (NVIDIA L4 datasheet); B200 4.5 / 2.25 PFLOP/s dense (NVIDIA DGX
 #   B200 datasheet, per GPU).

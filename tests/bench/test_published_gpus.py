@@ -30,7 +30,7 @@ def test_h100_pcie_preset_has_its_datasheet_numbers() -> None:
     assert gpu.hbm_bandwidth_bytes_per_s == 2.0e12
     assert gpu.peak_flops == 756e12
     assert gpu.pcie_bandwidth_bytes_per_s == 64e9
-    # W8A8 on the same Hopper kernels as the SXM: the measured rate, not the datasheet's 1,513 / 756
+    # W8A8 on the same Hopper kernels as the SXM: its rate, not the datasheet's 1,513 / 756
     assert FP8_GEMM_SPEEDUP["H100-PCIe-80GB"] == FP8_GEMM_SPEEDUP["H100-80GB"] < 1513 / 756
 
 

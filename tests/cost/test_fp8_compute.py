@@ -1,5 +1,5 @@
-"""FP8 linear layers: the GEMM FLOP rate rises where the GPU has FP8 tensor cores (on Hopper by
-vLLM's measured W8A8 kernel figure, not the datasheet's 2x), and each GEMM input is quantized by a
+"""FP8 linear layers: the GEMM FLOP rate rises where the GPU has FP8 tensor cores (on Hopper by a
+value inside vLLM's measured W8A8 kernel range, not the datasheet's 2x), and each GEMM input is quantized by a
 kernel of its own first; on A100 weight-only Marlin runs below cuBLAS BF16
 once compute-bound.
 
