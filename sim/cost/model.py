@@ -301,6 +301,10 @@ class CostModel:
     routed_expert_bytes: float = 0.0
     num_experts: int = 0
     experts_per_token: int = 0
+    # Query rows per query head that a decoding sequence costs in a step that also prefills: the
+    # attention kernel's padded query tile when one call runs both (sim/cost/attention_tiles.py;
+    # 1.0 where the engine runs decodes in calls of their own). Decode-only steps do not use it.
+    mixed_decode_query_rows: float = 1.0
     # Memos of the per-batch-size terms, keyed by the number of decoding sequences (bounded by
     # max_num_seqs): the engine prices the same few batch sizes on every turn. Same floats as computing
     # them afresh; not part of the model's value (compare=False) and empty in every copy.
@@ -394,6 +398,7 @@ class CostModel:
             routed_expert_bytes=routed_expert_weight_bytes(model) / tp,
             num_experts=model.num_experts,
             experts_per_token=model.experts_per_token,
+            mixed_decode_query_rows=parts.mixed_decode_query_rows,
         )
         check_step_cost(cost, scenario)  # a step of inf (or 1e300) s is refused here, by its term
         return cost
@@ -515,7 +520,7 @@ class CostModel:
             return 0.0
         return self.all_reduces_per_step * self.all_reduce.time_s(tokens * self.all_reduce_elements_per_token)
 
-    def attention_compute_time_s(self, attention_pairs: int) -> float:
+    def attention_compute_time_s(self, attention_pairs: float) -> float:
         """FLOPs of `attention_pairs` causal (query, key) pairs (QK^T and PV) at the achieved FLOP/s."""
         return attention_pairs * self.attention_flops_per_pair / self.flops_per_s
 
@@ -524,8 +529,18 @@ class CostModel:
         intercept, slope = self._kv_read_lines(num_decode_seqs)
         return intercept + slope * decode_context_tokens
 
+    def step_attention_pairs(
+        self, decode_context_tokens: int, prefill_context_tokens: int, prefilling: bool
+    ) -> float:
+        """(query, key) pairs per query head a step's attention computes: the prefill's causal pairs
+        plus the decodes' context, each decode's padded to the kernel's query tile in a step that
+        also prefills (`mixed_decode_query_rows`, sim/cost/attention_tiles.py)."""
+        if prefilling and self.mixed_decode_query_rows != 1.0:
+            return decode_context_tokens * self.mixed_decode_query_rows + prefill_context_tokens
+        return decode_context_tokens + prefill_context_tokens
+
     def attention_time_s(
-        self, num_decode_seqs: int, decode_context_tokens: int, attention_pairs: int
+        self, num_decode_seqs: int, decode_context_tokens: int, attention_pairs: float
     ) -> float:
         """max(attention FLOPs, decode KV read): one fused attention call per layer does both."""
         return max(
@@ -579,12 +594,21 @@ class CostModel:
             fixed = self.batch_time_s(prefill_tokens + num_decode_seqs, num_decode_seqs)
         # attention_time_s, inlined (every turn): max(FLOPs of the pairs, the KV read), same floats and
         # the same tie rule as max() (the first argument unless the second is larger); the FLOPs as
-        # attention_compute_time_s and the KV-read lines from _kv_read_lines's memo, inlined too
-        compute = (
-            (decode_context_tokens + prefill_context_tokens)
-            * self.attention_flops_per_pair
-            / self.flops_per_s
-        )
+        # attention_compute_time_s of step_attention_pairs, and the KV-read lines from
+        # _kv_read_lines's memo, inlined too
+        if prefill_tokens > 0 and self.mixed_decode_query_rows != 1.0:
+            # one call runs both: each decode pays the kernel's padded query tile
+            compute = (
+                (decode_context_tokens * self.mixed_decode_query_rows + prefill_context_tokens)
+                * self.attention_flops_per_pair
+                / self.flops_per_s
+            )
+        else:
+            compute = (
+                (decode_context_tokens + prefill_context_tokens)
+                * self.attention_flops_per_pair
+                / self.flops_per_s
+            )
         lines = self._kv_lines_memo.get(num_decode_seqs)
         if lines is None:
             lines = self._kv_read_lines(num_decode_seqs)
@@ -699,4 +723,5 @@ class CostModel:
             "frontend_s": self.frontend_s,
             "frontend_service_s": self.frontend_service_s,
             "server_terms": self.server_source,
+            "mixed_decode_query_rows": self.mixed_decode_query_rows,
         }

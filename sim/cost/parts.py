@@ -13,6 +13,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from sim.cost.attention_tiles import mixed_decode_query_rows
 from sim.cost.gpu_fits import gpu_linear_fit, gpu_network
 from sim.cost.linear import LAYER_OPS, LayerCoefficients, LayerShape, LinearFit, gemm_input_elements
 from sim.cost.network import AllReduceModel, CustomAllReduceModel
@@ -44,6 +45,8 @@ class StepParts:
     all_reduces_per_step: int
     linear_fit_source: str
     frontend_blocks_engine: bool = False  # the front end's serial work holds steps back (server.py)
+    # Query rows per query head a decode costs in a step that also prefills (attention_tiles.py).
+    mixed_decode_query_rows: float = 1.0
 
 
 def explicit_value(scenario: Any, field: str) -> Any:
@@ -73,6 +76,7 @@ PAPER_ERA_STACK: dict[str, bool] = {
     "custom_all_reduce": False,
     "ray_workers": True,
     "frontend_in_engine_process": True,
+    "one_attention_call": False,
 }
 
 
@@ -167,6 +171,11 @@ def step_parts(scenario: Scenario, engine: str | None = None, server: ServerTerm
         all_reduces_per_step=2 * model.num_layers if tp > 1 else 0,
         linear_fit_source=fit.source,
         frontend_blocks_engine=terms.frontend_blocks_engine(stack),
+        mixed_decode_query_rows=mixed_decode_query_rows(
+            gpu.name, model.num_attention_heads, model.num_kv_heads, model.head_dim
+        )
+        if stack.get("one_attention_call", False)
+        else 1.0,
     )
 
 

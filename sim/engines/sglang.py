@@ -142,6 +142,9 @@ class SglangPolicy(ContinuousBatchingPolicy):
         "custom_all_reduce": True,
         "ray_workers": False,
         "frontend_in_engine_process": False,
+        # Prefill and decode batches run as separate steps (`plan_step`), so no attention call mixes
+        # them (sim/cost/attention_tiles.py).
+        "one_attention_call": False,
     }
 
     def __init__(self, schedule_policy: str = "lpm") -> None:

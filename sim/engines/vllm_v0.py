@@ -42,6 +42,10 @@ class VllmV0Policy(ContinuousBatchingPolicy):
         "custom_all_reduce": False,
         "ray_workers": True,
         "frontend_in_engine_process": True,
+        # Prefills and decodes in separate kernels (vllm/attention/backends/flash_attn.py
+        # `FlashAttentionImpl.forward`: `flash_attn_varlen_func` for prefill_meta,
+        # `flash_attn_with_kvcache` for decode_meta): no query-tile padding for decodes.
+        "one_attention_call": False,
     }
 
     def plan_step(self, batch: Scheduler, now_s: float) -> StepPlan:

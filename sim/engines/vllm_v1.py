@@ -45,6 +45,10 @@ class VllmV1Policy(ContinuousBatchingPolicy):
         "custom_all_reduce": True,
         "ray_workers": False,
         "frontend_in_engine_process": False,
+        # One FlashAttention varlen call per layer over prefill chunks and decodes together
+        # (vllm/v1/attention/backends/flash_attn.py `FlashAttentionImpl.forward`): a decode in a
+        # mixed step pays the kernel's query-tile padding (sim/cost/attention_tiles.py).
+        "one_attention_call": True,
     }
 
     def admit(self, batch: Scheduler, plan: StepPlan, budget: int, now_s: float) -> None:

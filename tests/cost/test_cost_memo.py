@@ -38,7 +38,7 @@ def _step_by_terms(cost: CostModel, prefill: int, n: int, context: int, prefill_
     """step_time_s as the sum of its public terms (unmemoised: batch_time_s and attention_time_s)."""
     if prefill <= 0 and n <= 0:
         return 0.0
-    pairs = context + prefill_context
+    pairs = cost.step_attention_pairs(context, prefill_context, prefilling=prefill > 0)
     return cost.batch_time_s(prefill + n, n) + cost.attention_time_s(n, context, pairs)
 
 
