@@ -20,12 +20,19 @@ context. Counted in (query, key) pairs per query head, a decode of context c in 
   a KV group into the tile (hopper/heuristics.h `should_pack_gqa`: "if (varlen_q) return true"), and
   the tile is 128 rows for head dimensions above 96 (192 up to 96; hopper/tile_size.h
   `tile_size_fwd_sm90`): 128 rows per KV head, 128 / (query heads per KV head) per query head.
-- Any other GPU (B200, MI300X, L4 under other backends): no kernel source was read, so no padding is
-  modelled (1 row: the real FLOPs).
+- Any other GPU (B200, MI300X): no kernel source was read, so no padding is modelled (1 row: the real
+  FLOPs). The kernel is chosen by the GPU preset's name; a custom GPU spec gets 1 row too.
+- MLA models (DeepSeek-V2/V3) run through vLLM's MLA backends, which split a step's decodes from its
+  prefills and run each part on its own (vllm/v1/attention/backends/mla/common.py
+  `MLACommonImpl.forward`: `_forward_decode` and `_forward_prefill`): 1 row.
 
 A decode-only step is left as it was: there both kernels pack a KV group's query heads into one tile
 (FA2 `seqlenq_ngroups_swapped`, FA3 PackGQA), so the padded tile does 64 (FA2) or 128 (FA3) FLOPs
-per KV byte read, below both GPUs' achieved FLOP-per-byte ridge: the KV read still sets the time.
+per KV byte read, below each GPU's datasheet FLOP-per-byte ridge (A100 153, H100 SXM 295, PCIe 378):
+the KV read sets the time. (kvsim's own H100 ridge under the shipped vllm-v1 terms is lower, 108,
+because their FLOP scale 0.5 is a whole-step efficiency fitted on prefill-heavy rows, not the
+attention kernel's rate; decode-heavy measured rows, Qwen3-8B on an H100 at concurrency 1-8, are
+within 5 % on TPOT unpadded: docs/cost_model.md "Decodes beside a prefill".)
 Engines that run decodes in calls of their own (vLLM v0's FlashAttention backend:
 `flash_attn_with_kvcache` for decodes, `flash_attn_varlen_func` for prefills; SGLang, whose prefill
 and decode batches are separate steps) pay no padding either: see each engine's `serving_stack`
@@ -82,13 +89,13 @@ ATTENTION_KERNELS: dict[str, AttentionKernel] = {
 
 
 def mixed_decode_query_rows(
-    gpu_name: str, num_attention_heads: int, num_kv_heads: int, head_dim: int
+    gpu_name: str, num_attention_heads: int, num_kv_heads: int, head_dim: int, is_mla: bool = False
 ) -> float:
     """Query rows per query head that one decoding sequence costs in a step that also prefills, in one
     attention call (module docstring): the kernel's tile rows, shared by a KV group's query heads
-    when the kernel packs them; 1.0 (no padding) for a GPU whose kernel is not listed."""
+    when the kernel packs them; 1.0 (no padding) for a GPU whose kernel is not listed and for MLA."""
     kernel = ATTENTION_KERNELS.get(gpu_name)
-    if kernel is None:
+    if kernel is None or is_mla:
         return 1.0
     group = max(1, num_attention_heads // max(1, num_kv_heads)) if kernel.packs_gqa else 1
     return max(1.0, kernel.rows(head_dim) / group)

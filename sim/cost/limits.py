@@ -28,8 +28,9 @@ def largest_step_terms_s(cost: CostModel, scenario: Scenario) -> dict[str, float
     """Upper bounds of each term of a step's duration at the scenario's limits, by what sets them.
 
     The largest step batches max_num_batched_tokens tokens and max_num_seqs sequences, reads at most
-    the whole KV capacity, lets each batched token attend at most max_model_len keys, and may swap
-    the whole KV capacity.
+    the whole KV capacity, lets each batched token attend at most max_model_len keys (and decodes
+    beside a prefill at most the KV capacity, each at the kernel's padded query tile:
+    sim/cost/attention_tiles.py), and may swap the whole KV capacity.
     """
     tokens = int(scenario.max_num_batched_tokens or 1)
     seqs = int(scenario.max_num_seqs)
@@ -44,7 +45,7 @@ def largest_step_terms_s(cost: CostModel, scenario: Scenario) -> dict[str, float
             cost.memory_time_s(seqs, context)
         ),
         "compute (gpu.peak_flops x flops_efficiency) of attention": float(
-            cost.attention_compute_time_s(tokens * keys_per_token)
+            cost.attention_compute_time_s(tokens * keys_per_token + cost.mixed_decode_query_rows * context)
         ),
         "linear layers (fitted to gpu.peak_flops and gpu.hbm_bandwidth_bytes_per_s)": float(
             cost.linear_time_s(tokens + seqs, seqs)

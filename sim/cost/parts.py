@@ -172,7 +172,7 @@ def step_parts(scenario: Scenario, engine: str | None = None, server: ServerTerm
         linear_fit_source=fit.source,
         frontend_blocks_engine=terms.frontend_blocks_engine(stack),
         mixed_decode_query_rows=mixed_decode_query_rows(
-            gpu.name, model.num_attention_heads, model.num_kv_heads, model.head_dim
+            gpu.name, model.num_attention_heads, model.num_kv_heads, model.head_dim, model.is_mla
         )
         if stack.get("one_attention_call", False)
         else 1.0,

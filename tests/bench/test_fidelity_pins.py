@@ -79,7 +79,7 @@ PUBLISHED = {
     "q14-h100-r128": (3.88, -7.45, 9.76),
     # A decode beside a prefill chunk pays FA2's 64-row query tile on an A100 (sim/cost/attention_tiles.py);
     # before it was modelled these rows read (20.62, -15.1, -15.87) and (17.4, -13.5, -15.8); the H100
-    # rows moved by < 1.5 points (FA3 packs a KV group's query heads into its tile).
+    # rows moved by up to 2 points (FA3 packs a KV group's query heads into its tile).
     "q14-a100-sg": (15.14, -11.74, -10.64),
     "q14-a100-r32k": (5.24, -3.86, -5.63),
     "q14-a100-r128": (-6.10, 3.09, 11.78),

@@ -31,6 +31,16 @@ def test_rows_per_kernel() -> None:
     assert mixed_decode_query_rows("MI300X", 64, 8, 128) == 1.0
     assert mixed_decode_query_rows("B200", 64, 8, 128) == 1.0
     assert all(kernel.source for kernel in ATTENTION_KERNELS.values())
+    # MLA backends split a step's decodes from its prefills: no padding
+    assert mixed_decode_query_rows("H200-141GB", 128, 128, 192, is_mla=True) == 1.0
+
+
+def test_an_mla_model_on_vllm_v1_pays_no_tile() -> None:
+    scenario = Scenario(
+        model="DeepSeek-V3", gpu="H200-141GB", engine="vllm-v1", name="mla", tensor_parallel_size=8
+    )
+    assert scenario.model_spec().is_mla
+    assert CostModel.from_scenario(scenario).mixed_decode_query_rows == 1.0
 
 
 def test_every_engine_says_whether_one_call_runs_a_mixed_step() -> None:
