@@ -49,6 +49,7 @@ from sim.bench.lambda_set import (  # noqa: E402
     replay_set,
 )
 from sim.bench.published_set import (  # noqa: E402
+    BOARD_FLOP_SCALES,
     PUBLISHED_GRID,
     SHAREGPT_SAMPLE,
     published_gpu,
@@ -109,11 +110,13 @@ def published_table(csv_path: Path, folder: Path) -> None:
 
 
 def refit_published(csv_path: Path, folder: Path) -> None:
-    """--fit: the vllm-v1 terms per GPU on the published rows (PUBLISHED_GRID), with leave-one-out: the
-    A100 rows and the 9 H100 SXM rows; the 5 H100 PCIe rows (published_gpu) take the SXM fit."""
-    # The H100 PCIe rows take the SXM fit (same chip and kernels): validation only, not gridded.
-    runs = [(row, run) for row, run in published_runs(csv_path, folder) if published_gpu(row) in FITTED_GPUS]
-    rows = {run.name: row for row, run in runs}
+    """--fit: the vllm-v1 terms per GPU on the published rows, with leave-one-out: the 9 H100 SXM rows
+    over PUBLISHED_GRID; the A100 rows (PUBLISHED_GRID's FLOP scales) and the 5 H100 PCIe rows
+    (published_gpu; BOARD_FLOP_SCALES) with the SXM fit's front end, their FLOP scale fitted. Then the
+    H100/A100 ratios with every row replayed under terms fitted without it (the figure that counts)."""
+    all_runs = published_runs(csv_path, folder)
+    runs = [(row, run) for row, run in all_runs if published_gpu(row) in FITTED_GPUS]
+    rows = {run.name: row for row, run in all_runs}
     files = [run for _row, run in runs]
     table = grid_table(files, lambda run: published_scenario(rows[run.name]), grid=PUBLISHED_GRID)
     fits = {}
@@ -121,13 +124,39 @@ def refit_published(csv_path: Path, folder: Path) -> None:
         members = [i for i, run in enumerate(files) if published_gpu(rows[run.name]) == gpu]
         fits[gpu] = fit_members(table, members)
         _print_fit(f"vllm-v1 {gpu} (published, {len(members)} rows)", fits[gpu])
+    h100 = fits["H100-80GB"].terms
+    held_out = {
+        run.name: result
+        for run, result in zip(_members_of(files, rows, "H100-80GB"), fits["H100-80GB"].held_out, strict=True)
+    }
     # The shipped A100 entry: the front end is the API server's (CPU), which the A100 rows (no
     # low-load run) do not identify, so it keeps the H100 fit's front-end terms and fits its FLOP scale.
     members = [i for i, run in enumerate(files) if published_gpu(rows[run.name]) == "A100-80GB"]
-    _print_fit(
-        "vllm-v1 A100, H100's front end",
-        fit_members(_with_frontend_of(table, fits["H100-80GB"].terms), members),
+    a100 = fit_members(_with_frontend_of(table, h100), members)
+    _print_fit("vllm-v1 A100, H100's front end", a100)
+    held_out.update(zip((files[i].name for i in members), a100.held_out, strict=True))
+    # The H100 PCIe board: the same rule on its own rows (BOARD_FLOP_SCALES).
+    pcie_files = [run for row, run in all_runs if published_gpu(row) == "H100-PCIe-80GB"]
+    pcie_grid = {name: (getattr(h100, name),) for name in PUBLISHED_GRID}
+    pcie_grid["flops_efficiency_scale"] = BOARD_FLOP_SCALES
+    pcie_table = grid_table(pcie_files, lambda run: published_scenario(rows[run.name]), grid=pcie_grid)
+    pcie = fit_members(_with_frontend_of(pcie_table, h100), range(len(pcie_files)))
+    _print_fit(f"vllm-v1 H100-PCIe-80GB, H100's front end ({len(pcie_files)} rows)", pcie)
+    held_out.update(zip((run.name for run in pcie_files), pcie.held_out, strict=True))
+    medians = median_abs_errors(list(held_out.values()))
+    print(
+        f"all {len(held_out)} rows, each held out  "
+        + "  ".join(f"{m} {medians[m]:.1f} %" for m in PUBLISHED_METRICS)
     )
+    paired = [(row, run) for row, run in all_runs if run.name in held_out]
+    print("pair (H100/A100 req/s), every row held out        measured  simulated    error")
+    for label, measured, simulated in throughput_ratios(paired, [held_out[run.name] for _row, run in paired]):
+        print(f"{label:<48} {measured:>9.2f} {simulated:>10.2f} {100 * (simulated / measured - 1):>+7.1f}%")
+
+
+def _members_of(files: list[Any], rows: dict[str, dict[str, str]], gpu: str) -> list[Any]:
+    """The files of `files` whose row ran on `gpu`, in order (fit_members' order)."""
+    return [run for run in files if published_gpu(rows[run.name]) == gpu]
 
 
 def _with_frontend_of(table: GridTable, terms: Any) -> GridTable:

@@ -49,6 +49,12 @@ PUBLISHED_GRID: dict[str, tuple[float, ...]] = {
     "frontend_turn_share": (0.25, 0.5, 1.0),
     "output_service_s": (0.0, 1e-4),
 }
+# A board without a front-end fit of its own (the A100, the H100 PCIe) keeps the H100 SXM fit's
+# front-end terms (the API server's CPU work) and fits only its FLOP scale, the served step's FLOP rate
+# over the operator fit's (docs/cost_model.md "Whole server": sustained clocks under the board's power
+# limit are part of it). The PCIe board's values: 0.05 steps from the SXM's 0.5 to the operator
+# fit's own rate (1.0).
+BOARD_FLOP_SCALES: tuple[float, ...] = tuple(round(0.5 + 0.05 * step, 2) for step in range(11))
 # The ShareGPT sample the ShareGPT rows are drawn from (Llama-3-8B-Instruct, vllm bench's sampler).
 SHAREGPT_SAMPLE = "1xH100-80GB-SXM/Meta-Llama-3-8B-Instruct_tp1_len2048.json"
 _MEASURED = {

@@ -86,9 +86,9 @@ PUBLISHED = {
     # One GPU, ~61 GiB of weights: KV space decides the batch, so these pin the start-up profile's
     # reserve (sim/scenario/memory_profile.py) with the API-server loop's terms (sim/cost/output_path.py).
     # The "1x H100" Qwen3-32B rows run on the H100 PCIe preset (sim/bench/published_set.py
-    # `published_gpu`) with the SXM's terms; on the SXM preset this row read (16.61, -13.57, 3.94)
-    # before the query-tile padding.
-    "q32-h100-sg": (-16.74, 15.99, 44.14),
+    # `published_gpu`) with the SXM's front end and the board's own FLOP scale (0.7, sim/cost/server.py);
+    # with the SXM's 0.5 this row read (-16.74, 15.99, 44.14), on the SXM preset (16.61, -13.57, 3.94).
+    "q32-h100-sg": (-3.33, -1.47, 16.88),
     "q32-a100-sg": (-0.98, -4.72, 11.23),
 }
 # H100/A100 request-throughput ratios of the pairs above: (label, measured, simulated).
@@ -96,7 +96,7 @@ RATIOS = [
     ("Qwen3-14B ShareGPT_V3 (vllm bench / benchmark_serving)", 1.681, 1.687),
     ("Qwen3-14B random fixed 32000 in / 99 out", 1.867, 1.69),
     ("Qwen3-14B random fixed 128 in / 4 out", 1.179, 1.304),
-    ("Qwen3-32B ShareGPT_V3 (vllm bench / benchmark_serving)", 1.359, 1.143),
+    ("Qwen3-32B ShareGPT_V3 (vllm bench / benchmark_serving)", 1.359, 1.327),
 ]
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from sim.bench.published_set import published_gpu, published_scenario
+from sim.bench.published_set import BOARD_FLOP_SCALES, published_gpu, published_scenario
 from sim.cost.gpu_fits import GPU_LINEAR_FITS, gpu_linear_fit, gpu_network
 from sim.cost.server import SHIPPED_TERMS, shipped_terms
 from sim.scenario.presets import gpu_preset
@@ -35,8 +35,9 @@ def test_h100_pcie_preset_has_its_datasheet_numbers() -> None:
 
 
 def test_h100_pcie_takes_the_sxm_fits_and_terms() -> None:
-    """Same GH100 chip: the H100 SXM's linear-layer fractions and vllm-v1 terms; no NVLink: PCIe
-    all-reduce (slowed table, so no custom all-reduce)."""
+    """Same GH100 chip: the H100 SXM's linear-layer fractions and vllm-v1 front-end terms, and a FLOP
+    scale of the board's own (fitted on its rows by the A100's rule, inside BOARD_FLOP_SCALES); no
+    NVLink: PCIe all-reduce (slowed table, so no custom all-reduce)."""
     fit, sxm = gpu_linear_fit("H100-PCIe-80GB"), GPU_LINEAR_FITS["H100-80GB"]
     assert (fit.hbm_fraction, fit.flops_fraction, fit.smooth_p, fit.fixed_s) == (
         sxm.hbm_fraction,
@@ -45,9 +46,17 @@ def test_h100_pcie_takes_the_sxm_fits_and_terms() -> None:
         sxm.fixed_s,
     )
     assert gpu_network("H100-PCIe-80GB") == ("a100_dgx", 300 / 64)
-    assert SHIPPED_TERMS[("vllm-v1", "H100-PCIe-80GB")] == SHIPPED_TERMS[("vllm-v1", "H100-80GB")]
+    pcie_entry, sxm_entry = (
+        SHIPPED_TERMS[("vllm-v1", "H100-PCIe-80GB")],
+        SHIPPED_TERMS[("vllm-v1", "H100-80GB")],
+    )
+    assert {**pcie_entry, "flops_efficiency_scale": None} == {**sxm_entry, "flops_efficiency_scale": None}
+    assert pcie_entry["flops_efficiency_scale"] in BOARD_FLOP_SCALES
     pcie, sxm_terms = shipped_terms("vllm-v1", "H100-PCIe-80GB"), shipped_terms("vllm-v1", "H100-80GB")
-    assert pcie.values() == sxm_terms.values()
+    assert {**pcie.values(), "flops_efficiency_scale": 0} == {
+        **sxm_terms.values(),
+        "flops_efficiency_scale": 0,
+    }
 
 
 @pytest.mark.parametrize(
