@@ -26,7 +26,7 @@ class EnginePolicy(SchedulePolicy, Protocol):
     framework_overhead: str
     # The serving stack around the engine, when no bench profile sets it (sim/cost/server.py
     # `ServerTerms.stack_settings`): keys `custom_all_reduce` (vLLM's own all-reduce on NVLink, else
-    # NCCL), `ray_workers` (TP workers driven over Ray: the preset's measured multi-GPU overhead) and
+    # NCCL), `ray_workers` (TP workers driven over Ray: the preset's measured multi-GPU overhead),
     # `frontend_in_engine_process` (the API server shares the engine's event loop) and
     # `one_attention_call` (prefills and decodes share one attention call per layer, so decodes pay
     # the kernel's query-tile padding: sim/cost/attention_tiles.py).
