@@ -597,20 +597,12 @@ class CostModel:
         # attention_compute_time_s of step_attention_pairs, and the KV-read lines from
         # _kv_read_lines's memo, inlined too
         if prefill_tokens > 0 and self.mixed_decode_query_rows != 1.0:
-            # one call runs both: each decode pays the kernel's padded query tile. Two branches, not
-            # a multiply by 1.0, so the unpadded floats stay bit-identical to before (and to
-            # step_attention_pairs)
-            compute = (
-                (decode_context_tokens * self.mixed_decode_query_rows + prefill_context_tokens)
-                * self.attention_flops_per_pair
-                / self.flops_per_s
-            )
+            # one call runs both: each decode pays the kernel's padded query tile (no multiply by 1.0
+            # otherwise, so the unpadded pairs stay the exact integer sum they were)
+            pairs = decode_context_tokens * self.mixed_decode_query_rows + prefill_context_tokens
         else:
-            compute = (
-                (decode_context_tokens + prefill_context_tokens)
-                * self.attention_flops_per_pair
-                / self.flops_per_s
-            )
+            pairs = decode_context_tokens + prefill_context_tokens
+        compute = pairs * self.attention_flops_per_pair / self.flops_per_s
         lines = self._kv_lines_memo.get(num_decode_seqs)
         if lines is None:
             lines = self._kv_read_lines(num_decode_seqs)
